@@ -1,0 +1,46 @@
+# klog: `make run` starts an appliance on the embedded default config and shows it working;
+# `make test` installs everything the tests need (Debian packages and a venv) and runs them.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+APT_PACKAGES := kcat
+PYTEST_ARGS ?=
+
+.PHONY: all run test lint deps venv soak perf clean
+
+all: test
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+# Debian packages the interop tests talk to; installed only when missing.
+deps:
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
+	fi
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
+
+test: deps venv lint
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+run: deps venv
+	$(PY) -m cli.main demo
+
+perf: deps venv
+	@for b in perf/bench_*.py; do echo "== $$b"; $(PY) $$b --quick || exit 1; done
+
+clean:
+	rm -rf $(VENV) var .pytest_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""The worker process: serves the Kafka protocol for the partitions it owns."""

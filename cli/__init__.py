@@ -1,0 +1,1 @@
+"""The `klog` command: the top floor; nothing imports it."""

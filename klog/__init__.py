@@ -1,0 +1,1 @@
+"""klog: a Kafka-compatible log broker and its Python client library."""
