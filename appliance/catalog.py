@@ -1,0 +1,175 @@
+"""The topic catalog: every topic's partition count, config overrides and placement, on disk.
+
+One JSON file per topic under `<first log dir>/.klog-catalog/`, written atomically (temp
+file, fsync, rename, fsync of the directory), so a crash leaves either the old or the new
+description, never half of one. The catalog belongs to the controller (the supervisor, or the
+single worker when it runs alone); workers learn its contents from the controller.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+
+CATALOG_DIR = ".klog-catalog"
+MAX_TOPIC_NAME = 249
+_LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
+
+
+class InvalidTopicError(ValueError):
+    """A topic name Kafka would refuse."""
+
+
+def check_topic_name(name: str) -> None:
+    """Kafka's rules: 1-249 characters of [a-zA-Z0-9._-], and not '.' or '..'."""
+    if not name:
+        raise InvalidTopicError("topic name is empty")
+    if name in (".", ".."):
+        raise InvalidTopicError(f"topic name cannot be {name!r}")
+    if len(name) > MAX_TOPIC_NAME:
+        raise InvalidTopicError(f"topic name is {len(name)} characters, the limit is 249")
+    if not _LEGAL_NAME.match(name):
+        raise InvalidTopicError(
+            f"topic name {name!r} has characters other than ASCII letters, digits, '.', '_', '-'"
+        )
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    """A topic as the controller records it. `owners[p]` is the worker index of partition p."""
+
+    name: str
+    owners: tuple[int, ...]
+    configs: dict[str, str] = field(default_factory=dict)
+    internal: bool = False
+
+    @property
+    def partition_count(self) -> int:
+        return len(self.owners)
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(
+            {"name": self.name, "owners": list(self.owners), "configs": self.configs,
+             "internal": self.internal},
+            option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS,
+        )
+
+    @classmethod
+    def from_json(cls, data: bytes, *, source: str) -> TopicInfo:
+        try:
+            raw = orjson.loads(data)
+            return cls(
+                name=str(raw["name"]),
+                owners=tuple(int(o) for o in raw["owners"]),
+                configs={str(k): str(v) for k, v in raw.get("configs", {}).items()},
+                internal=bool(raw.get("internal", False)),
+            )
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"{source}: not a topic description: {exc}") from None
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+class Catalog:
+    """The persistent set of topics. Not thread-safe: the controller's loop owns it."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root) / CATALOG_DIR
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._topics: dict[str, TopicInfo] = {}
+        self.problems: list[str] = []
+        for path in sorted(self.root.glob("*.json")):
+            try:
+                info = TopicInfo.from_json(path.read_bytes(), source=str(path))
+            except (OSError, ValueError) as exc:
+                self.problems.append(str(exc))  # reported at start-up; the topic is skipped
+                continue
+            self._topics[info.name] = info
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._topics
+
+    def get(self, name: str) -> TopicInfo | None:
+        return self._topics.get(name)
+
+    def topics(self) -> list[TopicInfo]:
+        return list(self._topics.values())
+
+    def load_by_worker(self, workers: range) -> dict[int, int]:
+        load = {w: 0 for w in workers}
+        for info in self._topics.values():
+            for owner in info.owners:
+                if owner in load:
+                    load[owner] += 1
+        return load
+
+    def put(self, info: TopicInfo) -> None:
+        _write_atomically(self.root / f"{info.name}.json", info.to_json())
+        self._topics[info.name] = info
+
+    def remove(self, name: str) -> None:
+        self._topics.pop(name, None)
+        try:
+            (self.root / f"{name}.json").unlink()
+        except FileNotFoundError:
+            pass
+
+
+class ProducerIdBlocks:
+    """Producer ids handed out in blocks whose end is written to disk before any id is used.
+
+    A restarted controller starts after the last block it wrote, so a new producer never gets
+    the id of an old one whose sequences are still in the logs.
+    """
+
+    BLOCK = 1000
+
+    def __init__(self, root: Path):
+        self.path = Path(root) / CATALOG_DIR / "producer-id-block"
+        try:
+            self._end = int(self.path.read_text().strip())
+        except FileNotFoundError:
+            self._end = 0
+        except ValueError as exc:
+            raise ValueError(f"{self.path}: not a producer id block end: {exc}") from None
+        self._next = self._end
+
+    def allocate(self) -> int:
+        if self._next >= self._end:
+            self._end = self._next + self.BLOCK
+            _write_atomically(self.path, str(self._end).encode())
+        producer_id = self._next
+        self._next += 1
+        return producer_id
+
+
+def cluster_id(root: Path) -> str:
+    """The appliance's cluster id, made once (Kafka's 22-character base64 UUID style)."""
+    import base64
+    import uuid
+
+    path = Path(root) / CATALOG_DIR / "cluster.id"
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        value = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        _write_atomically(path, value.encode())
+        return value

@@ -1,0 +1,222 @@
+"""The appliance's configuration: Kafka's `server.properties` keys, typed and frozen.
+
+Each supported key is one row of `KEYS`: Kafka's dotted name, the field of `BrokerConfig` it
+sets, and a parser that raises `ValueError` with a reason. An unknown key, or a value that does
+not parse, stops start-up with a message naming the key, because a silently ignored setting is
+how operators lose data. Keys that Kafka has but that mean nothing for klog (thread pools, JVM
+tuning) are accepted and listed in `BrokerConfig.ignored_keys`, so an operator's Kafka file
+still loads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from appliance.properties import parse_override, parse_properties
+from appliance.segments.config import LogConfig
+
+DEFAULT_PORT = 9092
+
+
+class ConfigError(ValueError):
+    """The configuration cannot be used; the message names the key and the reason."""
+
+
+@dataclass(frozen=True)
+class Listener:
+    """One `PLAINTEXT://host:port` endpoint."""
+
+    host: str
+    port: int
+
+    @classmethod
+    def parse(cls, text: str) -> Listener:
+        scheme, sep, rest = text.strip().partition("://")
+        if not sep:
+            raise ValueError(f"expected PLAINTEXT://host:port, got {text!r}")
+        if scheme.upper() != "PLAINTEXT":
+            raise ValueError(f"only PLAINTEXT listeners are served, got {scheme!r}")
+        host, colon, port = rest.rpartition(":")
+        if not colon or not port.isdigit() or not 0 <= int(port) <= 65535:
+            raise ValueError(f"expected host:port after {scheme}://, got {rest!r}")
+        return cls(host.strip("[]") or "0.0.0.0", int(port))
+
+    def __str__(self) -> str:
+        return f"PLAINTEXT://{self.host}:{self.port}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class BrokerConfig:
+    """What one appliance needs to start; field names are Kafka's keys in snake_case."""
+
+    broker_id: int = 0
+    listeners: Listener = Listener("127.0.0.1", DEFAULT_PORT)
+    advertised_listeners: Listener | None = None
+    log_dirs: tuple[Path, ...] = (Path("/tmp/klog-logs"),)
+    num_partitions: int = 1
+    default_replication_factor: int = 1
+    auto_create_topics_enable: bool = True
+    socket_request_max_bytes: int = 100 * 1024 * 1024
+    log_retention_check_interval_ms: int = 300_000
+    zookeeper_connect: str | None = None
+    log_defaults: LogConfig = field(default_factory=LogConfig)
+    ignored_keys: tuple[str, ...] = ()
+
+    @property
+    def advertised(self) -> Listener:
+        return self.advertised_listeners or self.listeners
+
+
+def _int(low: int | None = None):
+    def parse(text: str) -> int:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise ValueError(f"expected an integer, got {text!r}") from None
+        if low is not None and value < low:
+            raise ValueError(f"must be >= {low}, got {value}")
+        return value
+
+    return parse
+
+
+def _bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered not in ("true", "false"):
+        raise ValueError(f"expected true or false, got {text!r}")
+    return lowered == "true"
+
+
+def _paths(text: str) -> tuple[Path, ...]:
+    paths = tuple(Path(p.strip()) for p in text.split(",") if p.strip())
+    if not paths:
+        raise ValueError("expected a comma-separated list of directories")
+    if len(set(paths)) != len(paths):
+        raise ValueError("the same directory is listed twice")
+    return paths
+
+
+def _first_listener(text: str) -> Listener:
+    entries = [e for e in text.split(",") if e.strip()]
+    if not entries:
+        raise ValueError("expected PLAINTEXT://host:port")
+    return Listener.parse(entries[0])
+
+
+def _hours_to_ms(text: str) -> int:
+    return _int(-1)(text) * 3_600_000 if text.strip() != "-1" else -1
+
+
+def _minutes_to_ms(text: str) -> int:
+    return _int(-1)(text) * 60_000 if text.strip() != "-1" else -1
+
+
+def _text(text: str) -> str:
+    return text.strip()
+
+
+# Kafka key -> (BrokerConfig field, parser). Keys whose field starts with "log." set a field of
+# the default LogConfig (topic defaults); `precedence` below orders Kafka's hour/minute/ms trios.
+KEYS: dict[str, tuple[str, object]] = {
+    "broker.id": ("broker_id", _int(0)),
+    "listeners": ("listeners", _first_listener),
+    "advertised.listeners": ("advertised_listeners", _first_listener),
+    "log.dirs": ("log_dirs", _paths),
+    "log.dir": ("log_dirs", _paths),
+    "num.partitions": ("num_partitions", _int(1)),
+    "default.replication.factor": ("default_replication_factor", _int(1)),
+    "auto.create.topics.enable": ("auto_create_topics_enable", _bool),
+    "socket.request.max.bytes": ("socket_request_max_bytes", _int(1024)),
+    "log.retention.check.interval.ms": ("log_retention_check_interval_ms", _int(1)),
+    "zookeeper.connect": ("zookeeper_connect", _text),
+    "log.segment.bytes": ("log.segment_bytes", _int()),
+    "log.roll.ms": ("log.segment_ms", _int()),
+    "log.roll.hours": ("log.segment_ms", _hours_to_ms),
+    "log.retention.ms": ("log.retention_ms", _int(-1)),
+    "log.retention.minutes": ("log.retention_ms", _minutes_to_ms),
+    "log.retention.hours": ("log.retention_ms", _hours_to_ms),
+    "log.retention.bytes": ("log.retention_bytes", _int(-1)),
+    "log.index.interval.bytes": ("log.index_interval_bytes", _int()),
+    "log.index.size.max.bytes": ("log.segment_index_bytes", _int()),
+    "log.flush.interval.messages": ("log.flush_messages", _int(1)),
+    "log.flush.interval.ms": ("log.flush_ms", _int(0)),
+    "flush.messages": ("log.flush_messages", _int(1)),
+    "flush.ms": ("log.flush_ms", _int(0)),
+    "log.message.timestamp.type": ("log.message_timestamp_type", _text),
+    "message.max.bytes": ("log.max_message_bytes", _int(0)),
+    "file.delete.delay.ms": ("log.file_delete_delay_ms", _int(0)),
+}
+
+# Kafka lets the finer unit win: log.retention.ms over .minutes over .hours, roll.ms over .hours.
+PRECEDENCE = {
+    "log.retention.hours": 0, "log.retention.minutes": 1, "log.retention.ms": 2,
+    "log.roll.hours": 0, "log.roll.ms": 1,
+}
+
+# Kafka keys that configure things klog does not have; accepted so a Kafka file loads as is.
+IGNORED = frozenset({
+    "num.network.threads", "num.io.threads", "num.replica.fetchers",
+    "socket.send.buffer.bytes", "socket.receive.buffer.bytes", "num.recovery.threads.per.data.dir",
+    "offsets.topic.replication.factor", "transaction.state.log.replication.factor",
+    "transaction.state.log.min.isr", "log.cleaner.enable", "zookeeper.connection.timeout.ms",
+    "group.initial.rebalance.delay.ms", "delete.topic.enable", "log.cleanup.policy",
+    "inter.broker.listener.name", "listener.security.protocol.map", "unclean.leader.election.enable",
+})
+
+
+def build_config(settings: dict[str, str], *, source: str = "configuration") -> BrokerConfig:
+    """Turn Kafka-keyed strings into a `BrokerConfig`, or raise `ConfigError` naming the key."""
+    broker: dict[str, object] = {}
+    log: dict[str, object] = {}
+    ignored = []
+    for key in sorted(settings, key=lambda k: PRECEDENCE.get(k, 0)):
+        raw = settings[key]
+        if key in IGNORED:
+            ignored.append(key)
+            continue
+        if key not in KEYS:
+            raise ConfigError(f"{source}: unknown key {key!r}")
+        target, parse = KEYS[key]
+        try:
+            value = parse(raw)
+        except ValueError as exc:
+            raise ConfigError(f"{source}: bad value for {key!r}: {exc}") from None
+        if target.startswith("log."):
+            log[target[4:]] = value
+        else:
+            broker[target] = value
+    try:
+        log_defaults = LogConfig(**log)
+    except ValueError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    return BrokerConfig(**broker, log_defaults=log_defaults, ignored_keys=tuple(ignored))
+
+
+def load_config(path: Path | str | None, overrides: list[str] = ()) -> BrokerConfig:
+    """Read a server.properties file (or none: the defaults) and apply `--override` pairs."""
+    settings: dict[str, str] = {}
+    source = "defaults"
+    if path is not None:
+        source = str(path)
+        try:
+            text = Path(path).read_text()
+        except OSError as exc:
+            raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+        try:
+            settings.update(parse_properties(text, source=source))
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+    for item in overrides:
+        try:
+            key, value = parse_override(item)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        settings[key] = value
+    return build_config(settings, source=source)
+
+
+def replace(config: BrokerConfig, **changes) -> BrokerConfig:
+    """A copy with some fields changed (tests and the CLI use it)."""
+    return dataclasses.replace(config, **changes)

@@ -1,0 +1,88 @@
+"""server.properties parsing and the typed config: Kafka's format, Kafka's keys, clear errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from appliance.config import ConfigError, Listener, build_config, load_config
+from appliance.properties import PropertiesError, parse_properties
+
+
+def test_java_properties_format():
+    text = (
+        "# comment\n! also a comment\n"
+        "a=1\nb : 2\nc 3\n"
+        "d=one,\\\n   two\n"
+        "e=tab\\there\\u0041\n"
+        "  f = spaced  \n"
+        "a=overridden\n"
+    )
+    assert parse_properties(text) == {
+        "a": "overridden", "b": "2", "c": "3", "d": "one,two", "e": "tab\thereA",
+        "f": "spaced",
+    }
+
+
+def test_bad_unicode_escape_names_the_line():
+    with pytest.raises(PropertiesError, match=r"x\.properties:2"):
+        parse_properties("a=1\nb=\\u12\n", source="x.properties")
+
+
+def test_kafka_keys_map_to_typed_fields(tmp_path: Path):
+    config = build_config({
+        "broker.id": "3",
+        "listeners": "PLAINTEXT://127.0.0.1:19092",
+        "log.dirs": f"{tmp_path}/a,{tmp_path}/b",
+        "num.partitions": "6",
+        "log.segment.bytes": "1048576",
+        "log.retention.hours": "2",
+        "log.retention.bytes": "1000000",
+        "flush.messages": "1",
+        "auto.create.topics.enable": "false",
+        "num.network.threads": "8",
+    })
+    assert config.broker_id == 3
+    assert config.listeners == Listener("127.0.0.1", 19092)
+    assert config.log_dirs == (tmp_path / "a", tmp_path / "b")
+    assert config.num_partitions == 6
+    assert config.log_defaults.segment_bytes == 1048576
+    assert config.log_defaults.retention_ms == 2 * 3_600_000
+    assert config.log_defaults.retention_bytes == 1_000_000
+    assert config.log_defaults.flush_messages == 1
+    assert config.auto_create_topics_enable is False
+    assert config.ignored_keys == ("num.network.threads",)
+
+
+def test_finer_retention_unit_wins_whatever_the_order():
+    config = build_config({"log.retention.ms": "5000", "log.retention.hours": "1"})
+    assert config.log_defaults.retention_ms == 5000
+
+
+@pytest.mark.parametrize("settings, key", [
+    ({"log.segmnet.bytes": "1"}, "log.segmnet.bytes"),
+    ({"num.partitions": "zero"}, "num.partitions"),
+    ({"num.partitions": "0"}, "num.partitions"),
+    ({"listeners": "SSL://h:1"}, "listeners"),
+    ({"listeners": "PLAINTEXT://h:notaport"}, "listeners"),
+    ({"auto.create.topics.enable": "yes"}, "auto.create.topics.enable"),
+    ({"log.segment.bytes": "1"}, "segment.bytes"),
+])
+def test_bad_settings_name_the_key(settings, key):
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        build_config(settings)
+
+
+def test_overrides_apply_over_the_file(tmp_path: Path):
+    path = tmp_path / "server.properties"
+    path.write_text("num.partitions=2\nbroker.id=1\n")
+    config = load_config(path, ["num.partitions=5"])
+    assert (config.num_partitions, config.broker_id) == (5, 1)
+    with pytest.raises(ConfigError, match="key=value"):
+        load_config(path, ["novalue"])
+
+
+def test_missing_file_is_a_clear_error(tmp_path: Path):
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(tmp_path / "absent.properties")
