@@ -1,0 +1,182 @@
+"""One client connection: bytes to requests, requests to handlers, responses back in order.
+
+The codec is the sans-IO `ServerConnection`; this module is the only place that touches the
+transport. Kafka promises responses in request order per connection (librdkafka pipelines
+requests), so answers queue behind the oldest unanswered request. Handlers answer at once with
+a body, or later through an awaitable (a long-polling fetch, an acks=all produce waiting for
+group commit). Record bytes of fetch responses arrive as `FileRegion` chunks and leave with
+`loop.sendfile`, straight from the segment file. Reading pauses while too many responses are
+pending, so one client cannot make the worker buffer without bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import socket
+from collections import deque
+
+from klog.protocol.chunks import FileRegion
+from klog.protocol.errors import ErrorCode
+from klog.protocol.server import NEED_DATA, ProtocolError, ServerConnection, error_response
+
+log = logging.getLogger(__name__)
+
+MAX_PENDING_RESPONSES = 128
+NO_RESPONSE = object()  # a handler's answer when Kafka sends none (Produce with acks=0)
+
+
+class _Fd:
+    """The file object `loop.sendfile` wants, around a descriptor the worker keeps open."""
+
+    __slots__ = ("_fd",)
+    mode = "rb"
+
+    def __init__(self, fd: int):
+        self._fd = fd
+
+    def fileno(self) -> int:
+        return self._fd
+
+
+class KafkaConnection(asyncio.Protocol):
+    """The asyncio protocol of one client connection to a worker."""
+
+    def __init__(self, worker):
+        self.worker = worker
+        self.codec = ServerConnection(max_frame_bytes=worker.config.socket_request_max_bytes)
+        self.transport: asyncio.Transport | None = None
+        self.peer = "?"
+        self._queue: deque = deque()  # (request, body | Future)
+        self._writer: asyncio.Task | None = None
+        self._reading_paused = False
+        self._closed = False
+
+    # asyncio callbacks -------------------------------------------------------------------
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.worker.connections.add(self)
+
+    def connection_lost(self, exc) -> None:
+        self._closed = True
+        self.worker.connections.discard(self)
+        for _, result in self._queue:
+            if isinstance(result, asyncio.Future):
+                result.cancel()
+        self._queue.clear()
+        if self._writer is not None:
+            self._writer.cancel()
+
+    def data_received(self, data: bytes) -> None:
+        self.codec.receive_data(data)
+        while not self._closed:
+            try:
+                request = self.codec.next_request()
+            except ProtocolError as exc:
+                log.warning("closing %s: %s", self.peer, exc)
+                self.close()
+                return
+            if request is NEED_DATA:
+                break
+            self._queue.append((request, self._dispatch(request)))
+        if len(self._queue) >= MAX_PENDING_RESPONSES and not self._reading_paused:
+            self._reading_paused = True
+            self.transport.pause_reading()
+        self._flush()
+
+    # dispatch ----------------------------------------------------------------------------
+
+    def _dispatch(self, request):
+        if request.error is not None:
+            if request.spec is None:
+                log.info("closing %s: unknown api key %d", self.peer, request.header.api_key)
+                self.close()
+                return NO_RESPONSE
+            return error_response(request, request.error)
+        handler = self.worker.handlers.get(request.header.api_key)
+        if handler is None:
+            return error_response(request, ErrorCode.UNSUPPORTED_VERSION)
+        try:
+            result = handler(self.worker, request)
+        except Exception:
+            log.exception("handler for api %d failed", request.header.api_key)
+            return error_response(request, ErrorCode.UNKNOWN_SERVER_ERROR)
+        if inspect.isawaitable(result):
+            future = asyncio.ensure_future(result)
+            future.add_done_callback(self._on_answer)
+            return future
+        return result
+
+    def _on_answer(self, future: asyncio.Future) -> None:
+        if not self._closed:
+            self._flush()
+
+    # writing -----------------------------------------------------------------------------
+
+    def _flush(self) -> None:
+        """Write every answered response at the head of the queue, in order."""
+        if self._writer is not None or self._closed:
+            return
+        while self._queue:
+            request, result = self._queue[0]
+            if isinstance(result, asyncio.Future):
+                if not result.done():
+                    break
+                result = self._result_of(request, result)
+            self._queue.popleft()
+            if result is NO_RESPONSE:
+                continue
+            chunks = self.codec.encode_response(request, result)
+            if any(isinstance(c, FileRegion) for c in chunks):
+                self._writer = asyncio.ensure_future(self._write_with_sendfile(chunks))
+                return
+            self.transport.writelines(chunks)
+        if self._reading_paused and len(self._queue) < MAX_PENDING_RESPONSES // 2:
+            self._reading_paused = False
+            self.transport.resume_reading()
+
+    def _result_of(self, request, future: asyncio.Future):
+        if future.cancelled():
+            return error_response(request, ErrorCode.REQUEST_TIMED_OUT)
+        exc = future.exception()
+        if exc is not None:
+            log.error("handler for api %d failed", request.header.api_key, exc_info=exc)
+            return error_response(request, ErrorCode.UNKNOWN_SERVER_ERROR)
+        return future.result()
+
+    async def _write_with_sendfile(self, chunks) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            for chunk in chunks:
+                if not isinstance(chunk, FileRegion):
+                    self.transport.write(chunk)
+                    continue
+                sent = await loop.sendfile(self.transport, _Fd(chunk.fd), chunk.offset,
+                                           chunk.length)
+                if sent != chunk.length:
+                    # The response's size prefix promised bytes the file no longer has; the
+                    # stream cannot be resynchronised, so the client must reconnect.
+                    log.error("short sendfile to %s (%d of %d bytes): closing", self.peer,
+                              sent, chunk.length)
+                    self.close()
+                    return
+        except (ConnectionError, OSError) as exc:
+            log.info("sendfile to %s failed: %s", self.peer, exc)
+            self.close()
+            return
+        finally:
+            self._writer = None
+        self._flush()
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            if self.transport is not None:
+                self.transport.close()

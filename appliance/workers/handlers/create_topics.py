@@ -1,0 +1,32 @@
+"""CreateTopics v2-4: through the controller, with validate_only and topic configs."""
+
+from __future__ import annotations
+
+from klog.protocol.apis import create_topics
+from klog.protocol.errors import ErrorCode
+
+API_KEY = create_topics.SPEC.key
+
+
+def _create(worker, topic, validate_only):
+    if topic.assignments:
+        return ErrorCode.INVALID_REPLICA_ASSIGNMENT, "manual replica assignment is not supported"
+    configs = {}
+    for entry in topic.configs:
+        if entry.value is None:
+            return ErrorCode.INVALID_CONFIG, f"config {entry.name!r} has a null value"
+        configs[entry.name] = entry.value
+    result = worker.controller.create_topic(
+        topic.name, topic.num_partitions, topic.replication_factor, configs,
+        validate_only=validate_only)
+    return result.error, result.message
+
+
+def handle(worker, request):
+    body = request.body
+    results = []
+    for topic in body.topics:
+        error, message = _create(worker, topic, body.validate_only)
+        results.append(create_topics.CreatableTopicResult(
+            name=topic.name, error_code=int(error), error_message=message))
+    return create_topics.Response(throttle_time_ms=0, topics=results)

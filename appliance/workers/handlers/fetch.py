@@ -1,0 +1,93 @@
+"""Fetch v4-11: whole batches straight from segment files, with long polling.
+
+Each partition's records are a `FileRegion` that the connection sends with sendfile, so no
+payload byte enters Python. Budgets follow KIP-74: `partition_max_bytes` per partition and
+`max_bytes` in all, except that the first partition with data always gets one whole batch, so
+a batch larger than the budgets can still be consumed. When fewer than `min_bytes` are ready
+the fetch waits, up to `max_wait_ms`, for an append to one of its partitions. Sessions
+(KIP-227) are not kept: session_id 0 tells clients to send full requests.
+"""
+
+from __future__ import annotations
+
+from appliance.segments.errors import OffsetOutOfRangeError, StorageError
+from klog.protocol.apis import fetch
+from klog.protocol.chunks import FileRegion
+from klog.protocol.errors import ErrorCode
+
+API_KEY = fetch.SPEC.key
+
+
+def _partition(index, error, owned=None, records=b""):
+    hwm = owned.log.high_watermark if owned else -1
+    return fetch.PartitionData(
+        partition_index=index, error_code=int(error), high_watermark=hwm,
+        last_stable_offset=hwm, log_start_offset=owned.log.log_start_offset if owned else -1,
+        aborted_transactions=None, preferred_read_replica=-1, records=records)
+
+
+def _read(worker, topic, part, budget, must_fill):
+    """One partition's answer and the bytes it carries."""
+    owned = worker.partitions.get(topic, part.partition)
+    if owned is None:
+        info = worker.controller.topic(topic)
+        error = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                 if info is None or not 0 <= part.partition < info.partition_count
+                 else ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        return _partition(part.partition, error), 0, True
+    limit = min(part.partition_max_bytes, budget)
+    if limit <= 0 and not must_fill:
+        return _partition(part.partition, ErrorCode.NONE, owned), 0, False
+    try:
+        piece = owned.log.read(part.fetch_offset, max(limit, 1))
+    except OffsetOutOfRangeError:
+        return _partition(part.partition, ErrorCode.OFFSET_OUT_OF_RANGE, owned), 0, True
+    except StorageError:
+        return _partition(part.partition, ErrorCode.KAFKA_STORAGE_ERROR, owned), 0, True
+    if piece is None or piece.length == 0:
+        return _partition(part.partition, ErrorCode.NONE, owned), 0, False
+    if piece.length > limit and not must_fill:
+        return _partition(part.partition, ErrorCode.NONE, owned), 0, False
+    region = FileRegion(worker.files.fd_for(piece), piece.position, piece.length)
+    return _partition(part.partition, ErrorCode.NONE, owned, region), piece.length, False
+
+
+def build(worker, body):
+    """The response as it stands now, its byte count, and whether an error needs no waiting."""
+    budget = body.max_bytes if body.max_bytes > 0 else 2**31 - 1
+    total = 0
+    errored = False
+    responses = []
+    for topic in body.topics:
+        partitions = []
+        for part in topic.partitions:
+            data, size, error = _read(worker, topic.topic, part, budget - total, total == 0)
+            partitions.append(data)
+            total += size
+            errored = errored or error
+        responses.append(fetch.FetchableTopicResponse(topic=topic.topic, partitions=partitions))
+    response = fetch.Response(throttle_time_ms=0, error_code=0, session_id=0,
+                              responses=responses)
+    return response, total, errored
+
+
+def handle(worker, request):
+    body = request.body
+    response, total, errored = build(worker, body)
+    if errored or total >= body.min_bytes or body.max_wait_ms <= 0 or total > 0 and (
+            body.min_bytes <= 1):
+        return response
+    return _long_poll(worker, body, worker.now_ms() + body.max_wait_ms)
+
+
+async def _long_poll(worker, body, deadline_ms):
+    keys = [(t.topic, p.partition) for t in body.topics for p in t.partitions]
+    while True:
+        remaining_ms = deadline_ms - worker.now_ms()
+        if remaining_ms <= 0:
+            break
+        woken = await worker.waiters.wait(keys, remaining_ms / 1000)
+        response, total, errored = build(worker, body)
+        if not woken or errored or total >= body.min_bytes:
+            return response
+    return build(worker, body)[0]

@@ -1,0 +1,18 @@
+"""InitProducerId v0-1: a fresh producer id for idempotent producers (no transactions)."""
+
+from __future__ import annotations
+
+from klog.protocol.apis import init_producer_id
+from klog.protocol.errors import ErrorCode
+
+API_KEY = init_producer_id.SPEC.key
+
+
+def handle(worker, request):
+    if request.body.transactional_id is not None:
+        return init_producer_id.Response(
+            throttle_time_ms=0, error_code=int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
+            producer_id=-1, producer_epoch=-1)
+    return init_producer_id.Response(
+        throttle_time_ms=0, error_code=0, producer_id=worker.controller.allocate_producer_id(),
+        producer_epoch=0)

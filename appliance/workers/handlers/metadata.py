@@ -1,0 +1,61 @@
+"""Metadata: every worker of the appliance as its own broker, and the topics it knows.
+
+`topics = null` asks for every topic; a named topic that does not exist is created when both
+the request (v4+: allow_auto_topic_creation; always before v4) and the broker config allow it.
+"""
+
+from __future__ import annotations
+
+from klog.protocol.apis import metadata
+from klog.protocol.errors import ErrorCode
+
+API_KEY = metadata.SPEC.key
+
+
+def _partitions(worker, info) -> list:
+    result = []
+    for index, owner in enumerate(info.owners):
+        node = worker.node_id_of(owner)
+        result.append(metadata.MetadataResponsePartition(
+            error_code=0, partition_index=index, leader_id=node, leader_epoch=-1,
+            replica_nodes=[node], isr_nodes=[node], offline_replicas=[]))
+    return result
+
+
+def _topic(worker, info) -> object:
+    return metadata.MetadataResponseTopic(
+        error_code=0, name=info.name, is_internal=info.internal,
+        partitions=_partitions(worker, info), topic_authorized_operations=-2147483648)
+
+
+def handle(worker, request):
+    body = request.body
+    version = request.header.api_version
+    allow_create = worker.config.auto_create_topics_enable and (
+        version < 4 or body.allow_auto_topic_creation)
+    topics = []
+    if body.topics is None:
+        topics = [_topic(worker, info) for info in worker.controller.topics()]
+    else:
+        for requested in body.topics:
+            name = requested.name
+            info = worker.controller.topic(name)
+            if info is None and allow_create:
+                result = worker.controller.create_topic(name)
+                if result.error in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
+                    info = worker.controller.topic(name)
+                else:
+                    topics.append(metadata.MetadataResponseTopic(
+                        error_code=result.error, name=name, partitions=[]))
+                    continue
+            if info is None:
+                topics.append(metadata.MetadataResponseTopic(
+                    error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name, partitions=[]))
+            else:
+                topics.append(_topic(worker, info))
+    brokers = [metadata.MetadataResponseBroker(node_id=n.node_id, host=n.host, port=n.port,
+                                               rack=None) for n in worker.nodes()]
+    return metadata.Response(
+        throttle_time_ms=0, brokers=brokers, cluster_id=worker.cluster_id,
+        controller_id=worker.controller_node_id, topics=topics,
+        cluster_authorized_operations=-2147483648)

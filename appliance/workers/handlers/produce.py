@@ -1,0 +1,103 @@
+"""Produce v3-8: append each partition's batches; answer per partition.
+
+acks=1 answers once the batches are in the log (visible to fetches); acks=all (-1) answers
+once they are also on disk, through the worker's group commit, so many producers share one
+fdatasync; acks=0 gets no response at all, as in Kafka. Idempotence checks happen in
+`Partitions.append`. zstd needs Produce v7+ (KIP-110).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from appliance.workers.connection import NO_RESPONSE
+from klog.protocol.apis import produce
+from klog.protocol.errors import ErrorCode
+from klog.protocol.record_batch import CODEC_ZSTD, HEADER_BYTES, read_header
+
+API_KEY = produce.SPEC.key
+ZSTD_MIN_VERSION = 7
+
+
+def _partition_response(index, error, base_offset=-1, append_time=-1, log_start=-1,
+                        message=None):
+    return produce.PartitionProduceResponse(
+        index=index, error_code=int(error), base_offset=base_offset,
+        log_append_time_ms=append_time, log_start_offset=log_start, record_errors=[],
+        error_message=message)
+
+
+def _uses_zstd(records) -> bool:
+    return len(records) >= HEADER_BYTES and read_header(records).codec == CODEC_ZSTD
+
+
+def _append_one(worker, topic, partition_data, version, now_ms):
+    records = partition_data.records
+    index = partition_data.index
+    if records is not None and version < ZSTD_MIN_VERSION and _uses_zstd(records):
+        return _partition_response(index, ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
+                                   message="zstd needs Produce v7 or later"), None
+    if worker.partitions.get(topic, index) is None:
+        info = worker.controller.topic(topic)
+        error = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                 if info is None or index >= info.partition_count
+                 else ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        return _partition_response(index, error), None
+    outcome = worker.partitions.append(topic, index, records, now_ms=now_ms)
+    response = _partition_response(index, outcome.error, outcome.base_offset,
+                                   outcome.log_append_time_ms, outcome.log_start_offset,
+                                   outcome.message)
+    return response, (outcome if outcome.error == ErrorCode.NONE else None)
+
+
+def _ensure_topic(worker, name) -> None:
+    if worker.controller.topic(name) is None and worker.config.auto_create_topics_enable:
+        worker.controller.create_topic(name)
+
+
+def handle(worker, request):
+    body = request.body
+    version = request.header.api_version
+    now_ms = worker.now_ms()
+    responses = []
+    to_sync = []
+    for topic_data in body.topic_data:
+        name = topic_data.name
+        partitions = []
+        if body.acks not in (0, 1, -1):
+            partitions = [_partition_response(p.index, ErrorCode.INVALID_REQUIRED_ACKS)
+                          for p in topic_data.partition_data]
+        elif body.transactional_id is not None:
+            partitions = [_partition_response(p.index,
+                                              ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                                              message="klog does not support transactions")
+                          for p in topic_data.partition_data]
+        else:
+            _ensure_topic(worker, name)
+            for partition_data in topic_data.partition_data:
+                response, appended = _append_one(worker, name, partition_data, version, now_ms)
+                partitions.append(response)
+                if appended is not None and body.acks == -1:
+                    to_sync.append((name, partition_data.index, appended.last_offset, response))
+        responses.append(produce.TopicProduceResponse(name=name, partition_responses=partitions))
+    if body.acks == 0:
+        return NO_RESPONSE
+    result = produce.Response(responses=responses, throttle_time_ms=0)
+    if not to_sync:
+        return result
+    return _after_sync(worker, to_sync, result)
+
+
+async def _after_sync(worker, to_sync, result):
+    """Wait until every appended partition is on disk; a failed sync fails its partition."""
+    futures = []
+    for topic, index, last_offset, _ in to_sync:
+        owned = worker.partitions.get(topic, index)
+        futures.append(asyncio.wrap_future(worker.committer.request(owned.log, last_offset)))
+    outcomes = await asyncio.gather(*futures, return_exceptions=True)
+    for (_, _, _, response), outcome in zip(to_sync, outcomes):
+        if isinstance(outcome, BaseException):
+            response.error_code = int(ErrorCode.KAFKA_STORAGE_ERROR)
+            response.error_message = f"fdatasync failed: {outcome}"
+            response.base_offset = -1
+    return result

@@ -1,0 +1,185 @@
+"""A worker: one event loop serving the Kafka protocol for the partitions of one disk.
+
+The worker is advertised as its own Kafka node (node id = broker.id * 100 + worker index) and is
+the only writer of the partitions it owns. It learns topics and placement from a controller
+(in-process for a one-worker appliance; the supervisor's control channel later) and follows
+its decisions: opening logs for new partitions it owns, deleting those of deleted topics.
+Background duties run on the same loop: retention every `log.retention.check.interval.ms`,
+and time-based flushes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from appliance.catalog import Catalog, cluster_id
+from appliance.config import BrokerConfig
+from appliance.controller import LocalController
+from appliance.segments.errors import StorageError
+from appliance.segments.group_commit import GroupCommitter
+from appliance.workers.connection import KafkaConnection
+from appliance.workers.handlers import HANDLERS
+from appliance.workers.handlers.api_versions import advertised_versions
+from appliance.workers.partitions import Partitions
+from appliance.workers.segment_files import SegmentFiles
+from appliance.workers.waiters import AppendWaiters
+
+log = logging.getLogger(__name__)
+
+NODES_PER_APPLIANCE = 100
+FLUSH_CHECK_INTERVAL_S = 0.1
+
+
+@dataclass(frozen=True)
+class Node:
+    node_id: int
+    host: str
+    port: int
+
+
+def node_id_for(broker_id: int, worker_index: int) -> int:
+    return broker_id * NODES_PER_APPLIANCE + worker_index
+
+
+class Worker:
+    """The state one worker process serves from. Everything runs on one asyncio loop."""
+
+    def __init__(self, config: BrokerConfig, *, index: int = 0, controller=None,
+                 log_dir: Path | None = None, clock=time.time):
+        self.config = config
+        self.index = index
+        self.clock = clock
+        self.log_dir = Path(log_dir or config.log_dirs[index])
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        root = config.log_dirs[0]
+        if controller is None:
+            catalog = Catalog(root)
+            for problem in catalog.problems:
+                log.error("catalog: %s", problem)
+            controller = LocalController(catalog, defaults=config.log_defaults,
+                                         default_partitions=config.num_partitions,
+                                         worker_count=len(config.log_dirs))
+        self.controller = controller
+        self.cluster_id = cluster_id(root)
+        self.node_id = node_id_for(config.broker_id, index)
+        self.controller_node_id = node_id_for(config.broker_id, 0)
+        self.waiters = AppendWaiters()
+        self.partitions = Partitions(self.log_dir, config.log_defaults, worker_index=index,
+                                     on_append=self.waiters.notify)
+        self.committer = GroupCommitter()
+        self.files = SegmentFiles()
+        self.handlers = dict(HANDLERS)
+        self.advertised_api_versions = advertised_versions(set(self.handlers))
+        self.connections: set[KafkaConnection] = set()
+        self.port = config.listeners.port + index
+        self._server: asyncio.base_events.Server | None = None
+        self._tasks: list[asyncio.Task] = []
+
+    # facts handlers need -----------------------------------------------------------------
+
+    def now_ms(self) -> int:
+        return int(self.clock() * 1000)
+
+    def node_id_of(self, worker_index: int) -> int:
+        return node_id_for(self.config.broker_id, worker_index)
+
+    def nodes(self) -> list[Node]:
+        advertised = self.config.advertised
+        return [Node(self.node_id_of(i), advertised.host, advertised.port + i)
+                for i in range(len(self.config.log_dirs))]
+
+    # life cycle --------------------------------------------------------------------------
+
+    def open_logs(self) -> None:
+        """Open every owned partition (recovering it) and follow the controller's changes."""
+        now_ms = self.now_ms()
+        for info in self.controller.topics():
+            self.partitions.open_topic(info, now_ms=now_ms)
+        self.controller.add_listener(self._on_topic_change)
+
+    def _on_topic_change(self, name, info) -> None:
+        if info is None:
+            self.partitions.close_topic(name, delete=True)
+        else:
+            self.partitions.open_topic(info, now_ms=self.now_ms())
+
+    async def serve(self, sock: socket.socket | None = None) -> None:
+        """Start accepting on `sock` (bound by the caller) or on the configured listener."""
+        loop = asyncio.get_running_loop()
+        if sock is None:
+            host = self.config.listeners.host
+            self._server = await loop.create_server(
+                lambda: KafkaConnection(self), host, self.port, reuse_address=True, backlog=1024)
+        else:
+            self._server = await loop.create_server(lambda: KafkaConnection(self), sock=sock,
+                                                    backlog=1024)
+        self._tasks = [asyncio.ensure_future(self._retention_loop()),
+                       asyncio.ensure_future(self._flush_loop())]
+
+    @property
+    def bound_port(self) -> int:
+        return self._server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        """Stop accepting, answer what is in flight (briefly), flush and close the logs."""
+        if self._server is not None:
+            self._server.close()
+        for task in self._tasks:
+            task.cancel()
+        deadline = time.monotonic() + 2.0
+        while any(c._queue for c in self.connections) and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        for connection in list(self.connections):
+            connection.close()
+        self.committer.close()
+        self.partitions.close()
+        self.files.close()
+
+    # background duties -------------------------------------------------------------------
+
+    async def _retention_loop(self) -> None:
+        interval_s = self.config.log_retention_check_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval_s)
+            self.apply_retention()
+
+    def apply_retention(self) -> None:
+        now_ms = self.now_ms()
+        for owned in list(self.partitions):
+            try:
+                deleted = owned.log.apply_retention(now_ms=now_ms)
+            except StorageError as exc:
+                log.error("retention of %s-%d failed: %s", owned.topic, owned.index, exc)
+                continue
+            if deleted:
+                log.info("retention deleted %d segment(s) of %s-%d", deleted, owned.topic,
+                         owned.index)
+
+    async def _flush_loop(self) -> None:
+        while True:
+            await asyncio.sleep(FLUSH_CHECK_INTERVAL_S)
+            now_ms = self.now_ms()
+            for owned in list(self.partitions):
+                try:
+                    owned.log.flush_if_due(now_ms=now_ms)
+                except StorageError as exc:
+                    log.error("flush of %s-%d failed: %s", owned.topic, owned.index, exc)
+
+
+async def run_worker(config: BrokerConfig, *, ready=None, stop: asyncio.Event | None = None):
+    """Run a one-worker appliance until `stop` is set (the CLI sets it on SIGTERM/SIGINT)."""
+    worker = Worker(config)
+    worker.open_logs()
+    await worker.serve()
+    log.info("worker %d serving %d partition(s) on %s:%d (node %d)", worker.index,
+             len(worker.partitions), config.listeners.host, worker.bound_port, worker.node_id)
+    if ready is not None:
+        ready(worker)
+    stop = stop or asyncio.Event()
+    await stop.wait()
+    await worker.stop()
