@@ -8,6 +8,7 @@ single worker when it runs alone); workers learn its contents from the controlle
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from dataclasses import dataclass, field
@@ -127,10 +128,8 @@ class Catalog:
 
     def remove(self, name: str) -> None:
         self._topics.pop(name, None)
-        try:
+        with contextlib.suppress(FileNotFoundError):
             (self.root / f"{name}.json").unlink()
-        except FileNotFoundError:
-            pass
 
 
 class ProducerIdBlocks:

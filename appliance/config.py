@@ -162,7 +162,8 @@ IGNORED = frozenset({
     "offsets.topic.replication.factor", "transaction.state.log.replication.factor",
     "transaction.state.log.min.isr", "log.cleaner.enable", "zookeeper.connection.timeout.ms",
     "group.initial.rebalance.delay.ms", "delete.topic.enable", "log.cleanup.policy",
-    "inter.broker.listener.name", "listener.security.protocol.map", "unclean.leader.election.enable",
+    "inter.broker.listener.name", "listener.security.protocol.map",
+    "unclean.leader.election.enable",
 })
 
 

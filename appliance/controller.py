@@ -37,7 +37,7 @@ class TopicResult:
 
 def topic_log_config(defaults: LogConfig, overrides: dict[str, str]) -> LogConfig:
     """The effective LogConfig of a topic: the broker's defaults, then the topic's overrides."""
-    return defaults.with_overrides(overrides)
+    return LogConfig.from_kafka({**defaults.to_kafka(), **overrides})
 
 
 class LocalController:

@@ -7,6 +7,7 @@ done once per connection with ApiVersions, as every Kafka client does.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 
 from klog.errors import BrokerUnavailableError, raise_for
@@ -76,10 +77,8 @@ class BrokerConnection:
                             module.Request(**fields))
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(OSError):
             self.sock.close()
-        except OSError:
-            pass
 
 
 def parse_bootstrap(servers: str) -> list[tuple[str, int]]:

@@ -27,6 +27,7 @@ class Appliance:
 
     def __init__(self, workdir: Path, *, log_dirs: int = 1, settings: dict | None = None):
         self.workdir = workdir
+        self.workdir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         self.log_dirs = [workdir / f"disk{i}" for i in range(log_dirs)]
         self.config = workdir / "server.properties"
@@ -47,7 +48,7 @@ class Appliance:
         return f"127.0.0.1:{self.port}"
 
     def start(self, timeout_s: float = 20.0) -> Appliance:
-        self._stderr = open(self.stderr_path, "ab")
+        self._stderr = open(self.stderr_path, "ab")  # noqa: SIM115 (open while the child runs)
         self.process = subprocess.Popen(
             [sys.executable, "-m", "cli.main", "appliance", "run", "--config", str(self.config)],
             cwd=REPO, stdout=self._stderr, stderr=subprocess.STDOUT,
@@ -90,7 +91,6 @@ def appliance_factory(tmp_path):
 
     def make(**kwargs) -> Appliance:
         appliance = Appliance(tmp_path / f"appliance{len(started)}", **kwargs)
-        appliance.workdir.mkdir(parents=True, exist_ok=True)
         started.append(appliance)
         return appliance.start()
 

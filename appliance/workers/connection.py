@@ -95,24 +95,32 @@ class KafkaConnection(asyncio.Protocol):
 
     def _dispatch(self, request):
         if request.error is not None:
-            if request.spec is None:
-                log.info("closing %s: unknown api key %d", self.peer, request.header.api_key)
-                self.close()
-                return NO_RESPONSE
-            return error_response(request, request.error)
+            return self._error_answer(request, request.error)
         handler = self.worker.handlers.get(request.header.api_key)
         if handler is None:
-            return error_response(request, ErrorCode.UNSUPPORTED_VERSION)
+            return self._error_answer(request, ErrorCode.UNSUPPORTED_VERSION)
         try:
             result = handler(self.worker, request)
         except Exception:
             log.exception("handler for api %d failed", request.header.api_key)
-            return error_response(request, ErrorCode.UNKNOWN_SERVER_ERROR)
+            return self._error_answer(request, ErrorCode.UNKNOWN_SERVER_ERROR)
+        if not request.expects_response:
+            return NO_RESPONSE
         if inspect.isawaitable(result):
             future = asyncio.ensure_future(result)
             future.add_done_callback(self._on_answer)
             return future
         return result
+
+    def _error_answer(self, request, code):
+        """The error body for `request`, or close the connection where Kafka would."""
+        body = error_response(request, code) if request.expects_response else NO_RESPONSE
+        if body is None:
+            log.info("closing %s: %s (api %d v%d) %s", self.peer, ErrorCode(code).name,
+                     request.header.api_key, request.header.api_version, request.detail or "")
+            self.close()
+            return NO_RESPONSE
+        return body
 
     def _on_answer(self, future: asyncio.Future) -> None:
         if not self._closed:
@@ -133,7 +141,13 @@ class KafkaConnection(asyncio.Protocol):
             self._queue.popleft()
             if result is NO_RESPONSE:
                 continue
-            chunks = self.codec.encode_response(request, result)
+            try:
+                chunks = self.codec.encode_response(request, result)
+            except Exception:
+                log.exception("cannot encode the answer to api %d v%d; closing %s",
+                              request.header.api_key, request.header.api_version, self.peer)
+                self.close()
+                return
             if any(isinstance(c, FileRegion) for c in chunks):
                 self._writer = asyncio.ensure_future(self._write_with_sendfile(chunks))
                 return
@@ -144,11 +158,11 @@ class KafkaConnection(asyncio.Protocol):
 
     def _result_of(self, request, future: asyncio.Future):
         if future.cancelled():
-            return error_response(request, ErrorCode.REQUEST_TIMED_OUT)
+            return self._error_answer(request, ErrorCode.REQUEST_TIMED_OUT)
         exc = future.exception()
         if exc is not None:
             log.error("handler for api %d failed", request.header.api_key, exc_info=exc)
-            return error_response(request, ErrorCode.UNKNOWN_SERVER_ERROR)
+            return self._error_answer(request, ErrorCode.UNKNOWN_SERVER_ERROR)
         return future.result()
 
     async def _write_with_sendfile(self, chunks) -> None:

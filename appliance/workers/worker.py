@@ -26,7 +26,6 @@ from appliance.workers.connection import KafkaConnection
 from appliance.workers.handlers import HANDLERS
 from appliance.workers.handlers.api_versions import advertised_versions
 from appliance.workers.partitions import Partitions
-from appliance.workers.segment_files import SegmentFiles
 from appliance.workers.waiters import AppendWaiters
 
 log = logging.getLogger(__name__)
@@ -72,7 +71,6 @@ class Worker:
         self.partitions = Partitions(self.log_dir, config.log_defaults, worker_index=index,
                                      on_append=self.waiters.notify)
         self.committer = GroupCommitter()
-        self.files = SegmentFiles()
         self.handlers = dict(HANDLERS)
         self.advertised_api_versions = advertised_versions(set(self.handlers))
         self.connections: set[KafkaConnection] = set()
@@ -138,7 +136,6 @@ class Worker:
             connection.close()
         self.committer.close()
         self.partitions.close()
-        self.files.close()
 
     # background duties -------------------------------------------------------------------
 

@@ -188,7 +188,7 @@ def scan_batches(buf, start: int = 0, end: int | None = None, *, verify_crc: boo
     pos = start
     while end - pos >= HEADER_BYTES:
         header = read_header(buf, pos)
-        if header.magic == MAGIC and MIN_BATCH_LENGTH <= header.batch_length and (
+        if header.magic == MAGIC and header.batch_length >= MIN_BATCH_LENGTH and (
             pos + header.size > end
         ):
             return  # a partial batch: the caller decides whether that is a torn tail

@@ -48,7 +48,7 @@ def _read(worker, topic, part, budget, must_fill):
         return _partition(part.partition, ErrorCode.NONE, owned), 0, False
     if piece.length > limit and not must_fill:
         return _partition(part.partition, ErrorCode.NONE, owned), 0, False
-    region = FileRegion(worker.files.fd_for(piece), piece.position, piece.length)
+    region = FileRegion(piece.fd, piece.position, piece.length)
     return _partition(part.partition, ErrorCode.NONE, owned, region), piece.length, False
 
 

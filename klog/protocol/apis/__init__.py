@@ -1,0 +1,126 @@
+"""The APIs klog speaks: one table that feeds both ApiVersions and the dispatcher.
+
+Each API has its own module declaring its request and response fields for every version we
+*advertise*; :data:`API_BY_KEY` says which of those versions we *serve*. Why the two differ:
+old librdkafka (kcat) switches features such as compression on only when the advertised range
+overlaps old versions, so we advertise e.g. Produce 0-8 but serve 3-8; a version advertised but
+not served is answered UNSUPPORTED_VERSION (DESIGN.md, "Wire protocol: what to serve").
+
+Each module also has ``error_response(request_body_or_None, version, code)``: the smallest valid
+response carrying ``code`` wherever that version can express it, or None when it cannot (the
+caller then closes the connection). :func:`klog.protocol.server.error_response` is the front.
+
+Each API module receives ``SPEC``, its row of the table below (``produce.SPEC.key == 0``), so
+code that holds a module can reach its key and ranges without a second lookup.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from klog.protocol.apis import (
+    api_versions,
+    create_topics,
+    delete_topics,
+    describe_configs,
+    describe_groups,
+    fetch,
+    find_coordinator,
+    heartbeat,
+    init_producer_id,
+    join_group,
+    leave_group,
+    list_groups,
+    list_offsets,
+    metadata,
+    offset_commit,
+    offset_fetch,
+    produce,
+    sync_group,
+)
+from klog.protocol.schema import Message
+
+ErrorResponse = Callable[[Any, int, int], Any]
+
+
+@dataclass(frozen=True)
+class ApiSpec:
+    """One API: its key and name, the version ranges we advertise and serve (inclusive), its
+    request and response declarations, and how to answer it with an error."""
+
+    key: int
+    name: str
+    advertised: tuple[int, int]
+    served: tuple[int, int]
+    request: type[Message]
+    response: type[Message]
+    error_response: ErrorResponse
+
+    def __post_init__(self) -> None:
+        low, high = self.advertised
+        if not low <= self.served[0] <= self.served[1] <= high:
+            raise ValueError(f"{self.name}: served {self.served} not within {self.advertised}")
+        for message in (self.request, self.response):
+            if low not in message.versions or high not in message.versions:
+                raise ValueError(f"{message.__name__} does not declare {self.advertised}")
+
+    def serves(self, version: int) -> bool:
+        return self.served[0] <= version <= self.served[1]
+
+    def advertises(self, version: int) -> bool:
+        return self.advertised[0] <= version <= self.advertised[1]
+
+
+def api_versions_response(error_code: int = 0, throttle_time_ms: int = 0) -> Any:
+    """The ApiVersions answer: every API we advertise, with its advertised range. It is also
+    the answer to an ApiVersions request at a version we do not serve (KIP-511)."""
+    return api_versions.ApiVersionsResponse(
+        error_code=error_code,
+        throttle_time_ms=throttle_time_ms,
+        api_keys=[
+            api_versions.ApiVersion(api_key=s.key, min_version=s.advertised[0],
+                                    max_version=s.advertised[1])
+            for s in API_BY_KEY.values()
+        ],
+    )  # fmt: skip
+
+
+def _spec(module: Any, name: str, advertised: tuple[int, int], served: tuple[int, int]) -> ApiSpec:
+    error = getattr(module, "error_response", None) or (
+        lambda request, version, code: api_versions_response(code)
+    )
+    spec = ApiSpec(module.KEY, name, advertised, served, module.Request, module.Response, error)
+    module.SPEC = spec
+    return spec
+
+
+API_BY_KEY: dict[int, ApiSpec] = {
+    spec.key: spec
+    for spec in sorted(
+        [
+            _spec(produce, "Produce", (0, 8), (3, 8)),
+            _spec(fetch, "Fetch", (0, 11), (4, 11)),
+            _spec(list_offsets, "ListOffsets", (1, 5), (1, 5)),
+            _spec(metadata, "Metadata", (0, 8), (1, 8)),
+            _spec(offset_commit, "OffsetCommit", (0, 7), (2, 7)),
+            _spec(offset_fetch, "OffsetFetch", (0, 5), (1, 5)),
+            _spec(find_coordinator, "FindCoordinator", (0, 2), (0, 2)),
+            _spec(join_group, "JoinGroup", (0, 5), (1, 5)),
+            _spec(heartbeat, "Heartbeat", (0, 3), (0, 3)),
+            _spec(leave_group, "LeaveGroup", (0, 3), (0, 3)),
+            _spec(sync_group, "SyncGroup", (0, 3), (0, 3)),
+            _spec(describe_groups, "DescribeGroups", (0, 4), (0, 4)),
+            _spec(list_groups, "ListGroups", (0, 2), (0, 2)),
+            _spec(api_versions, "ApiVersions", (0, 3), (0, 3)),
+            _spec(create_topics, "CreateTopics", (0, 4), (2, 4)),
+            _spec(delete_topics, "DeleteTopics", (0, 3), (1, 3)),
+            _spec(init_producer_id, "InitProducerId", (0, 1), (0, 1)),
+            _spec(describe_configs, "DescribeConfigs", (0, 3), (0, 3)),
+        ],
+        key=lambda spec: spec.key,
+    )
+}
+
+API_BY_NAME: dict[str, ApiSpec] = {spec.name: spec for spec in API_BY_KEY.values()}

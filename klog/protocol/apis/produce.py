@@ -1,0 +1,75 @@
+"""Produce (key 0): record batches for partitions; the response gives each one's base offset.
+
+``records`` decodes to a zero-copy memoryview of the request frame. With ``acks = 0`` the client
+expects no response at all (:attr:`klog.protocol.server.Request.expects_response`). v0-2 are
+advertised for old librdkafka's feature detection but not served; they are declared so the
+server can still decode them and answer UNSUPPORTED_VERSION per partition.
+"""
+
+from __future__ import annotations
+
+from klog.protocol.fieldtypes import INT16, INT32, INT64, RECORDS, STRING, Array
+from klog.protocol.schema import Field, Message, Struct
+
+KEY = 0
+
+
+class PartitionProduceData(Struct):
+    index = Field(INT32)
+    records = Field(RECORDS, nullable="0+")
+
+
+class TopicProduceData(Struct):
+    name = Field(STRING)
+    partition_data = Field(Array(PartitionProduceData))
+
+
+class ProduceRequest(Message, versions="0-8", flexible="9+"):
+    transactional_id = Field(STRING, "3+", nullable="3+")
+    acks = Field(INT16)
+    timeout_ms = Field(INT32)
+    topic_data = Field(Array(TopicProduceData))
+
+
+class BatchIndexAndErrorMessage(Struct):
+    batch_index = Field(INT32, "8+")
+    batch_index_error_message = Field(STRING, "8+", nullable="8+")
+
+
+class PartitionProduceResponse(Struct):
+    index = Field(INT32)
+    error_code = Field(INT16)
+    base_offset = Field(INT64)
+    log_append_time_ms = Field(INT64, "2+", default=-1)
+    log_start_offset = Field(INT64, "5+", default=-1)
+    record_errors = Field(Array(BatchIndexAndErrorMessage), "8+")
+    error_message = Field(STRING, "8+", nullable="8+")
+
+
+class TopicProduceResponse(Struct):
+    name = Field(STRING)
+    partition_responses = Field(Array(PartitionProduceResponse))
+
+
+class ProduceResponse(Message, versions="0-8", flexible="9+"):
+    responses = Field(Array(TopicProduceResponse))
+    throttle_time_ms = Field(INT32, "1+", default=0)
+
+
+Request, Response = ProduceRequest, ProduceResponse
+
+
+def error_response(
+    request: ProduceRequest | None, version: int, code: int
+) -> ProduceResponse | None:
+    """Every partition of the request fails with ``code``; without a body there is nothing to
+    address the error to, so the caller must close the connection."""
+    if request is None:
+        return None
+    return ProduceResponse(responses=[
+        TopicProduceResponse(name=topic.name, partition_responses=[
+            PartitionProduceResponse(index=part.index, error_code=code, base_offset=-1)
+            for part in topic.partition_data
+        ])
+        for topic in request.topic_data
+    ])  # fmt: skip
