@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-APT_PACKAGES := kcat
+APT_PACKAGES := kcat systemd
 PYTEST_ARGS ?=
 
 .PHONY: all run test lint deps venv soak perf clean

@@ -35,9 +35,24 @@ class TopicResult:
     message: str | None = None
 
 
+# Kafka topic configs that clients send with their default values, which klog honours by doing
+# nothing: any other value is refused, because klog would not do what it asks.
+DEFAULT_ONLY_CONFIGS = {"cleanup.policy": "delete", "compression.type": "producer"}
+
+
 def topic_log_config(defaults: LogConfig, overrides: dict[str, str]) -> LogConfig:
-    """The effective LogConfig of a topic: the broker's defaults, then the topic's overrides."""
-    return LogConfig.from_kafka({**defaults.to_kafka(), **overrides})
+    """The effective LogConfig of a topic: the broker's defaults, then the topic's overrides.
+
+    Raises ValueError naming a key that is unknown or whose value klog cannot honour."""
+    settings = {**defaults.to_kafka()}
+    for key, value in overrides.items():
+        if key in DEFAULT_ONLY_CONFIGS:
+            if value != DEFAULT_ONLY_CONFIGS[key]:
+                raise ValueError(f"{key}={value} is not supported; klog only does "
+                                 f"{key}={DEFAULT_ONLY_CONFIGS[key]}")
+            continue
+        settings[key] = value
+    return LogConfig.from_kafka(settings)
 
 
 class LocalController:

@@ -78,8 +78,6 @@ class Partitions:
                 continue
             directory = partition_dir(self.log_dir, info.name, index)
             partition_log = PartitionLog.open(directory, config, now_ms=now_ms)
-            if partition_log.recovery and partition_log.recovery.changed:
-                log.warning("recovered %s: %s", directory, partition_log.recovery)
             producers = ProducerStates()
             for _, header in partition_log.iter_batch_headers():
                 producers.record(header, header.base_offset)

@@ -1,0 +1,116 @@
+"""Kafka's on-disk layout of a partition, and the partition's small state file.
+
+Layout (Kafka's, so ``kafka-dump-log`` habits carry over)::
+
+    <log.dir>/<topic>-<partition>/
+        00000000000000000000.log          record batches, byte for byte as produced
+        00000000000000000000.index        offset index: (relative offset int32, position int32)
+        00000000000000000000.timeindex    time index: (timestamp int64, relative offset int32)
+        00000000000000368769.log ...      the next segment, named by its base offset
+        00000000000000000000.log.deleted  a deleted segment, removed after file.delete.delay.ms
+        partition.state                   log start offset and the clean-shutdown flag
+
+``partition.state`` replaces two of Kafka's per-log-dir files (``log-start-offset-checkpoint``
+and ``.kafka_cleanshutdown``) with one per partition, so a worker never rewrites a shared file.
+It is text, ``key=value`` lines, written to a temporary file, fsynced and renamed over the old
+one, then the directory is fsynced: after a crash it is either the old or the new version.
+A missing or unreadable state file means "unclean shutdown, log start = first segment".
+"""
+
+from __future__ import annotations
+
+import os
+from typing import NamedTuple
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+DELETED_SUFFIX = ".deleted"
+STATE_FILE = "partition.state"
+_STATE_VERSION = "1"
+OFFSET_DIGITS = 20
+
+
+def partition_dir(log_dir: str, topic: str, partition: int) -> str:
+    """``<log_dir>/<topic>-<partition>``, Kafka's directory name for a partition."""
+    return os.path.join(log_dir, f"{topic}-{partition}")
+
+
+def segment_path(directory: str, base_offset: int, suffix: str) -> str:
+    """``<directory>/00000000000000000042<suffix>``."""
+    return os.path.join(directory, f"{base_offset:0{OFFSET_DIGITS}d}{suffix}")
+
+
+def list_segment_bases(directory: str) -> list[int]:
+    """Base offsets of the ``.log`` files in ``directory``, ascending; other files are ignored."""
+    bases = []
+    for name in os.listdir(directory):
+        stem, dot, suffix = name.partition(".")
+        if dot and suffix == "log" and len(stem) == OFFSET_DIGITS and stem.isdigit():
+            bases.append(int(stem))
+    return sorted(bases)
+
+
+def leftover_files(directory: str, bases: list[int]) -> list[str]:
+    """Paths left behind by a crash: ``.deleted`` files, temporary files, and indexes whose
+    ``.log`` is gone. Safe to remove before the log opens."""
+    live = {f"{b:0{OFFSET_DIGITS}d}" for b in bases}
+    found = []
+    for name in os.listdir(directory):
+        stem, _, suffix = name.partition(".")
+        orphan_index = suffix in ("index", "timeindex") and stem not in live
+        if name.endswith((DELETED_SUFFIX, ".tmp")) or orphan_index:
+            found.append(os.path.join(directory, name))
+    return found
+
+
+def fsync_directory(directory: str) -> None:
+    """Make created, renamed and removed names in ``directory`` durable. Raises OSError."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class PartitionState(NamedTuple):
+    log_start_offset: int | None  # None: unknown, use the first segment's base offset
+    clean_shutdown: bool
+    problem: str | None = None  # why the file could not be used, for the recovery report
+
+
+def read_state(directory: str) -> PartitionState:
+    """Read ``partition.state``; never raises for a missing or damaged file (reports it)."""
+    path = os.path.join(directory, STATE_FILE)
+    try:
+        with open(path, encoding="ascii") as f:
+            text = f.read(4096)
+    except FileNotFoundError:
+        return PartitionState(None, False, None)
+    except (OSError, UnicodeDecodeError) as exc:
+        return PartitionState(None, False, f"cannot read {path}: {exc}")
+    fields = dict(line.partition("=")[::2] for line in text.splitlines() if "=" in line)
+    try:
+        if fields.get("version") != _STATE_VERSION:
+            raise ValueError(f"version {fields.get('version')!r}")
+        return PartitionState(int(fields["log_start_offset"]), fields["clean_shutdown"] == "1")
+    except (KeyError, ValueError) as exc:
+        return PartitionState(None, False, f"{path} is damaged ({exc}); ignoring it")
+
+
+def write_state(directory: str, *, log_start_offset: int, clean_shutdown: bool) -> None:
+    """Replace ``partition.state`` atomically and durably. Raises OSError (e.g. ENOSPC)."""
+    path = os.path.join(directory, STATE_FILE)
+    tmp = path + ".tmp"
+    text = (
+        f"version={_STATE_VERSION}\nlog_start_offset={log_start_offset}\n"
+        f"clean_shutdown={int(clean_shutdown)}\n"
+    )
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, text.encode("ascii"))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_directory(directory)

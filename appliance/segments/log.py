@@ -1,0 +1,317 @@
+"""PartitionLog: one partition's log of segments. The storage engine's public class.
+
+What it owns: the segments of ``<log.dir>/<topic>-<partition>/``, the offsets (log start, high
+watermark, log end), appends (validate every batch, assign offsets by patching ``baseOffset``,
+stamp LogAppendTime, roll), reads as ``(fd, position, length)`` for ``os.sendfile``, lookups by
+offset and timestamp, durability (``flush.messages`` / ``flush.ms``, group commit), retention,
+truncation and deletion. Batches stay opaque: per batch, never per record.
+
+Who may call what:
+
+- One **writer thread** (the worker's event loop) calls everything, except that
+- :meth:`flush_through` and :attr:`recovery_point` may be used from any thread: the group
+  commit thread does. ``flush_through`` holds the segment list's lock while it fsyncs; the few
+  writer operations that close descriptors (retention's delayed deletes, truncation, close,
+  delete) take it too. Appends and reads never take it.
+
+Error rules: a :class:`StorageError` from an append leaves the log as it was before the call
+(nothing published; a failed roll leaves the old segment active) and the next append retries.
+If the write succeeded but the ``flush.messages`` flush failed, the batches stay appended and
+readable, the StorageError says the flush failed, and they are not counted as durable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+from collections.abc import Iterator
+from typing import NamedTuple
+
+from klog.protocol import record_batch as rb
+
+from . import faults, policy, reads, retention
+from .config import LONG_MAX, LogConfig
+from .errors import LogClosedError, StorageError, storage_errors
+from .layout import fsync_directory, write_state
+from .log_loader import load_segments
+from .reads import EMPTY_SLICE, BatchPosition, ReadSlice
+from .recovery import RecoveryReport
+from .segment import LogSegment
+from .segment_list import SegmentList
+from .validation import validate_append
+
+__all__ = ["EMPTY_SLICE", "AppendInfo", "BatchPosition", "PartitionLog", "ReadSlice"]
+
+log = logging.getLogger("klog.segments")
+
+
+class AppendInfo(NamedTuple):
+    """What an append did; the numbers a Produce response carries."""
+
+    base_offset: int  # offset of the first record appended
+    last_offset: int  # offset of the last record appended
+    log_append_time_ms: int  # the stamped time, or -1 under CreateTime
+    record_count: int
+    batch_count: int
+    log_start_offset: int
+
+
+class PartitionLog:
+    """Open with :meth:`open`; see the module docstring for threads and errors."""
+
+    def __init__(self, directory: str, config: LogConfig, segments: list[LogSegment],
+                 recovery: RecoveryReport, log_start_offset: int, now_ms: int):
+        self.directory = directory
+        self.config = config
+        self.recovery = recovery
+        self.last_retention: policy.RetentionPlan | None = None
+        self._segments = SegmentList(segments, directory)
+        self._log_end_offset = self._high_watermark = self._segments.active.next_offset
+        self._log_start_offset = log_start_offset
+        self._recovery_point = self._log_end_offset
+        self._unflushed_messages = 0
+        self._last_flush_ms = now_ms
+        self._flush_policy = config.flush_messages < LONG_MAX or config.flush_ms < LONG_MAX
+        self._closed = False
+
+    @classmethod
+    def open(cls, directory: str, config: LogConfig, *, now_ms: int,
+             verify: str = "tail") -> PartitionLog:
+        """Open (creating the directory if missing) and recover the log; ``.recovery`` says what
+        recovery did. ``verify="full"`` validates every batch (slow; for suspected corruption).
+        Raises StorageError."""
+        with storage_errors(directory, "open the log"):
+            os.makedirs(directory, exist_ok=True)
+            segments, report, saved = load_segments(directory, config, now_ms=now_ms, verify=verify)
+        end = segments[-1].next_offset
+        start = min(max(saved or 0, segments[0].base_offset), end)
+        report.log_start_offset, report.log_end_offset = start, end
+        plog = cls(directory, config, segments, report, start, now_ms)
+        try:
+            plog._write_state(clean_shutdown=False)
+        except StorageError:
+            plog._segments.close_all()
+            raise
+        if report.changed:
+            log.log(logging.ERROR if report.corrupt_in_middle else logging.WARNING, "%s", report)
+        return plog
+
+    # -- offsets ----------------------------------------------------------------------------
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._log_end_offset
+
+    @property
+    def high_watermark(self) -> int:
+        """What consumers may read. Equals the log end offset for single-copy logs; a separate
+        notion so that replication can hold it back."""
+        return self._high_watermark
+
+    @property
+    def recovery_point(self) -> int:
+        """Offsets below this are on disk (fdatasync'd). Any thread may read it."""
+        return self._recovery_point
+
+    @property
+    def size_bytes(self) -> int:
+        return self._segments.size_bytes()
+
+    @property
+    def segment_count(self) -> int:
+        return len(self._segments)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # -- appending --------------------------------------------------------------------------
+
+    def append(self, records, *, now_ms: int, leader_epoch: int | None = None) -> AppendInfo:
+        """Append the batches of a Produce request's records field (one or more v2 batches back
+        to back). Every batch is checked before anything is written; the first bad one rejects
+        the whole append (CorruptRecordError, RecordTooLargeError). Raises StorageError when
+        the disk fails, LogClosedError after close."""
+        if self._closed:
+            raise LogClosedError(self.directory)
+        view = memoryview(records)
+        if view.format != "B" or view.ndim != 1:
+            view = view.cast("B")
+        config = self.config
+        spans, record_count, offset_count = validate_append(
+            view, path=self.directory, segment_bytes=config.segment_bytes,
+            max_message_bytes=config.max_message_bytes)
+        first, segment = self._log_end_offset, self._segments.active
+        if policy.roll_reason(
+            size_bytes=segment.size, append_bytes=len(view), now_ms=now_ms,
+            rolling_base_ms=segment.rolling_base_ms, index_full=segment.index_full,
+            relative_last_offset=first + offset_count - 1 - segment.base_offset,
+            segment_bytes=config.segment_bytes, segment_ms=config.segment_ms,
+        ):
+            segment = self._roll(now_ms)
+        append_time = now_ms if config.log_append_time else None
+        try:
+            segment.append(view, spans, first, append_time_ms=append_time,
+                           leader_epoch=leader_epoch)
+        except OSError as exc:
+            with contextlib.suppress(OSError):  # best effort: recovery would cut them anyway
+                segment.discard_tail(segment.size, segment.size + len(view))
+            raise StorageError.from_os_error(exc, path=segment.path, operation="append to") from exc
+        self._log_end_offset = self._high_watermark = segment.next_offset
+        self._unflushed_messages += record_count
+        if self._flush_policy:
+            self.flush_if_due(now_ms=now_ms)
+        return AppendInfo(first, self._log_end_offset - 1,
+                          -1 if append_time is None else append_time,
+                          record_count, len(spans), self._log_start_offset)
+
+    def roll(self, *, now_ms: int) -> None:
+        """Start a new active segment at the log end offset (no-op if the active one is empty).
+        Raises StorageError (ENOSPC: the old segment stays active)."""
+        self._roll(now_ms)
+
+    def _roll(self, now_ms: int) -> LogSegment:
+        old = self._segments.active
+        if old.size == 0:
+            return old
+        new = LogSegment.create(self.directory, self._log_end_offset, self.config, now_ms=now_ms)
+        try:
+            fsync_directory(self.directory)
+        except OSError as exc:
+            new.close()
+            new.remove_files()
+            raise StorageError.from_os_error(exc, path=self.directory, operation="fsync") from exc
+        faults.point("log.roll.before_seal")
+        try:
+            old.seal()
+        except OSError as exc:  # the file stays untrimmed; recovery trims it
+            log.warning("could not trim %s on roll: %s", old.path, exc)
+        self._segments.add(new)
+        faults.point("log.after_roll")
+        return new
+
+    # -- durability -------------------------------------------------------------------------
+
+    def flush(self, *, now_ms: int | None = None) -> None:
+        """Make everything appended so far durable (fdatasync). Raises StorageError."""
+        self.flush_through(self._log_end_offset - 1)
+        self._unflushed_messages = 0
+        if now_ms is not None:
+            self._last_flush_ms = now_ms
+
+    def flush_if_due(self, *, now_ms: int) -> bool:
+        """Flush when ``flush.messages`` or ``flush.ms`` says so (also call it from a timer)."""
+        if policy.flush_due(unflushed_messages=self._unflushed_messages, now_ms=now_ms,
+                            last_flush_ms=self._last_flush_ms,
+                            flush_messages=self.config.flush_messages,
+                            flush_ms=self.config.flush_ms):
+            self.flush(now_ms=now_ms)
+            return True
+        return False
+
+    def flush_through(self, offset: int) -> int:
+        """Make offsets <= ``offset`` durable; return the new recovery point. Thread-safe (the
+        group commit thread calls it). Raises StorageError, LogClosedError."""
+        if offset < self._recovery_point:
+            return self._recovery_point
+        with self._segments.lock:
+            if self._closed:
+                raise LogClosedError(self.directory)
+            end = self._log_end_offset
+            if end > self._recovery_point:
+                for segment in self._segments.unflushed(self._recovery_point):
+                    with storage_errors(segment.path, "fdatasync"):
+                        faults.point("log.flush.before_sync")
+                        segment.flush()
+                self._recovery_point = end
+            return self._recovery_point
+
+    # -- reading (reads.py) -----------------------------------------------------------------
+
+    def read(self, offset: int, max_bytes: int) -> ReadSlice:
+        """Whole batches from the one holding ``offset``, in one segment, up to ``max_bytes``
+        but at least one batch (KIP-74), never past the high watermark. Empty (falsy) at the
+        high watermark. O(log n) in the segment's index plus a short scan of headers.
+        Raises OffsetOutOfRangeError outside [log start, log end], LogClosedError."""
+        return reads.read(self, offset, max_bytes)
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with timestamp >= ``timestamp_ms`` below the
+        high watermark, or None (Kafka's ListOffsets by time). O(segments) comparisons in
+        memory, then O(log n) in one segment's time and offset indexes; record-exact when
+        ``klog.protocol.records`` can decode the batch (see ``lookup.refine_in_batch``)."""
+        return reads.offset_for_timestamp(self, timestamp_ms)
+
+    def iter_batch_headers(
+        self, start_offset: int | None = None
+    ) -> Iterator[tuple[BatchPosition, rb.BatchHeader]]:
+        """Every batch header from the batch holding ``start_offset`` (default: the log start)
+        to the log end, read from disk (e.g. to rebuild idempotent-producer state). Do not
+        append while iterating."""
+        start = self._log_start_offset if start_offset is None else start_offset
+        return reads.iter_batch_headers(self, start)
+
+    # -- retention, truncation (retention.py) -------------------------------------------------
+
+    def apply_retention(self, *, now_ms: int) -> int:
+        """Delete the segments retention.ms / retention.bytes expire (rolling an expired active
+        segment first), advance and persist the log start offset, and close ``.deleted``
+        files whose delay has passed. Returns the number of segments deleted; the decision is
+        kept in :attr:`last_retention`. Raises StorageError."""
+        return retention.apply_retention(self, now_ms)
+
+    def truncate_to(self, offset: int, *, now_ms: int) -> int:
+        """Remove offsets >= ``offset`` (whole batches: the log end may land below ``offset``;
+        for replication). Below every segment, empty the log and restart it at ``offset``.
+        Returns the new log end offset. Raises StorageError."""
+        return retention.truncate_to(self, offset, now_ms)
+
+    def _set_end_offsets(self, end: int) -> None:
+        """After a truncation: the log end, and what may not exceed it."""
+        self._log_end_offset = end
+        self._high_watermark = min(self._high_watermark, end)
+        self._recovery_point = min(self._recovery_point, end)
+
+    def _set_log_start_offset(self, offset: int) -> None:
+        self._log_start_offset = offset
+        self._write_state(clean_shutdown=False)
+
+    def _write_state(self, *, clean_shutdown: bool) -> None:
+        with storage_errors(self.directory, "write partition.state in"):
+            write_state(self.directory, log_start_offset=self._log_start_offset,
+                        clean_shutdown=clean_shutdown)
+
+    # -- closing ----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Seal the active segment, flush everything, record a clean shutdown, release the
+        files. ReadSlices handed out become invalid. Idempotent. Raises StorageError (the
+        files are released anyway; the next open then recovers as after a crash)."""
+        if self._closed:
+            return
+        try:
+            with storage_errors(self.directory, "close the log"), self._segments.lock:
+                self._segments.active.seal()
+                for segment in self._segments:
+                    segment.sync_all()
+            self._write_state(clean_shutdown=True)
+        finally:
+            self._closed = True
+            self._segments.close_all()
+
+    def delete(self) -> None:
+        """Close the log and remove its directory (topic deletion). Raises StorageError."""
+        self._closed = True
+        self._segments.close_all()
+        with storage_errors(self.directory, "delete"):
+            shutil.rmtree(self.directory)
+
+    def __repr__(self) -> str:
+        return (f"<PartitionLog {self.directory} [{self._log_start_offset}, "
+                f"{self._log_end_offset}) hw {self._high_watermark} {self.segment_count} segments>")

@@ -1,0 +1,131 @@
+"""GroupCommitter: many requests share one fdatasync per dirty log; errors reach the waiters."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import threading
+import time
+
+import pytest
+
+from appliance.segments import GroupCommitter, StorageError, faults
+
+from .batches import make_batch
+
+
+def test_requests_resolve_once_durable_and_share_syncs(open_log, monkeypatch):
+    log = open_log()
+    syncs = []
+    gate = threading.Event()
+    real = os.fdatasync
+
+    def slow_fdatasync(fd):
+        gate.wait(5)
+        syncs.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", slow_fdatasync)
+    with GroupCommitter() as committer:
+        futures = []
+        started = time.monotonic()
+        for _ in range(50):  # rolls included: appends never wait for a running fdatasync
+            info = log.append(make_batch(payload=bytes(100)), now_ms=0)
+            futures.append(committer.request(log, info.last_offset))
+        assert time.monotonic() - started < 2 and log.segment_count > 1
+        gate.set()
+        assert [f.result(5) for f in futures][-1] == 50
+        stats = committer.statistics()
+    assert log.recovery_point == 50
+    assert stats.requests == 50 and stats.syncs <= 2  # the first round may start before the rest
+    assert len(syncs) <= 3  # a roll may have made a second segment dirty
+    with GroupCommitter() as committer:  # already durable: resolved at once
+        assert committer.request(log, 10).result(0) == 50
+        assert committer.statistics().immediate == 1
+
+
+def test_several_logs_and_threads(open_log, tmp_path):
+    from appliance.segments import PartitionLog
+
+    from .conftest import SMALL
+
+    logs = [open_log()]
+    logs += [PartitionLog.open(str(tmp_path / f"t-{i}"), SMALL, now_ms=0) for i in (1, 2)]
+    with GroupCommitter() as committer:
+        results = []
+
+        def appender(log):
+            for _ in range(30):
+                info = log.append(make_batch(), now_ms=0)
+                results.append(committer.request(log, info.last_offset))
+
+        threads = [threading.Thread(target=appender, args=(log,)) for log in logs]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for future in results:
+            future.result(5)
+    for log in logs:
+        assert log.recovery_point == 30
+    for log in logs[1:]:
+        log.close()
+
+
+def test_a_failed_sync_fails_its_waiters_and_the_next_one_retries(open_log):
+    log = open_log()
+    with GroupCommitter() as committer:
+        faults.arm("log.flush.before_sync", OSError(errno.EIO, "injected"))
+        info = log.append(make_batch(), now_ms=0)
+        with pytest.raises(StorageError, match="injected|EIO"):
+            committer.request(log, info.last_offset).result(5)
+        assert log.recovery_point == 0
+        assert committer.request(log, info.last_offset).result(5) == 1
+        assert committer.statistics().failures == 1
+
+
+def test_storage_errors_reach_the_waiters(open_log, monkeypatch):
+    log = open_log()
+
+    def failing(fd):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "fdatasync", failing)
+    with GroupCommitter() as committer:
+        info = log.append(make_batch(), now_ms=0)
+        with pytest.raises(StorageError, match="fdatasync .*EIO"):
+            committer.request(log, info.last_offset).result(5)
+
+
+def test_usable_from_asyncio(open_log):
+    log = open_log()
+    committer = GroupCommitter()
+
+    async def produce():
+        infos = [log.append(make_batch(), now_ms=0) for _ in range(10)]
+        done = await asyncio.gather(
+            *(asyncio.wrap_future(committer.request(log, i.last_offset)) for i in infos)
+        )
+        return done
+
+    assert asyncio.run(produce()) == [10] * 10
+    committer.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        committer.request(log, 0)
+
+
+def test_close_serves_what_is_pending_and_closed_logs_fail(open_log):
+    log = open_log()
+    committer = GroupCommitter()
+    info = log.append(make_batch(), now_ms=0)
+    future = committer.request(log, info.last_offset)
+    committer.close()
+    assert future.result(0) == 1
+    log.append(make_batch(), now_ms=0)
+    log.close()
+    with GroupCommitter() as committer:
+        from appliance.segments import LogClosedError
+
+        with pytest.raises(LogClosedError):
+            committer.request(log, 5).result(5)
