@@ -61,6 +61,10 @@ class BrokerConfig:
     socket_request_max_bytes: int = 100 * 1024 * 1024
     log_retention_check_interval_ms: int = 300_000
     zookeeper_connect: str | None = None
+    shutdown_timeout_ms: int = 30_000
+    worker_restart_backoff_ms: int = 100
+    worker_restart_backoff_max_ms: int = 30_000
+    worker_heartbeat_timeout_ms: int = 30_000
     log_defaults: LogConfig = field(default_factory=LogConfig)
     ignored_keys: tuple[str, ...] = ()
 
@@ -131,6 +135,10 @@ KEYS: dict[str, tuple[str, object]] = {
     "socket.request.max.bytes": ("socket_request_max_bytes", _int(1024)),
     "log.retention.check.interval.ms": ("log_retention_check_interval_ms", _int(1)),
     "zookeeper.connect": ("zookeeper_connect", _text),
+    "shutdown.timeout.ms": ("shutdown_timeout_ms", _int(0)),
+    "worker.restart.backoff.ms": ("worker_restart_backoff_ms", _int(1)),
+    "worker.restart.backoff.max.ms": ("worker_restart_backoff_max_ms", _int(1)),
+    "worker.heartbeat.timeout.ms": ("worker_heartbeat_timeout_ms", _int(1000)),
     "log.segment.bytes": ("log.segment_bytes", _int()),
     "log.roll.ms": ("log.segment_ms", _int()),
     "log.roll.hours": ("log.segment_ms", _hours_to_ms),

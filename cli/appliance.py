@@ -1,19 +1,19 @@
 """`klog appliance run --config server.properties`: run an appliance in the foreground.
 
-Logs go to stderr. SIGTERM and SIGINT stop it gracefully: stop accepting, answer what is in
-flight, flush, close the logs, exit 0. A bad configuration stops start-up with a message that
-names the key, and exit status 2.
+The supervisor starts one worker per `log.dirs` entry and logs to stderr. SIGTERM and SIGINT
+stop it gracefully (stop accepting, answer what is in flight, flush, exit 0); SIGHUP reloads
+what can be reloaded. A bad configuration stops start-up with a message naming the key, and
+exit status 2; an appliance already running with the same config, exit status 1.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import signal
 import sys
 
 from appliance.config import ConfigError, load_config
-from appliance.workers.worker import run_worker
+from appliance.shm.region import RegionError
+from appliance.supervisor import Supervisor
 
 
 def add_arguments(parser) -> None:
@@ -28,7 +28,7 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+                        format="%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s")
     try:
         config = load_config(args.config, args.override)
     except ConfigError as exc:
@@ -37,18 +37,13 @@ def run(args) -> int:
     for key in config.ignored_keys:
         logging.getLogger("klog").warning("ignoring Kafka setting %r: klog has no use for it",
                                           key)
-    return asyncio.run(_serve(config))
-
-
-async def _serve(config) -> int:
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
+    supervisor = Supervisor(config, reload_config=lambda: load_config(args.config,
+                                                                      args.override))
     try:
-        await run_worker(config, stop=stop)
-    except OSError as exc:
-        print(f"klog: cannot serve on {config.listeners}: {exc.strerror or exc}",
-              file=sys.stderr)
+        return supervisor.run()
+    except RegionError as exc:
+        print(f"klog: {exc}", file=sys.stderr)
         return 1
-    return 0
+    except OSError as exc:
+        print(f"klog: cannot start: {exc}", file=sys.stderr)
+        return 1

@@ -10,6 +10,7 @@ import sys
 COMMANDS = {
     "appliance": ("cli.appliance", "run an appliance"),
     "demo": ("cli.demo", "start an appliance on the embedded default and show it working"),
+    "status": ("cli.status", "show a running appliance (read from its shared memory)"),
     "topics": ("cli.topics", "create, list, describe and delete topics"),
     "dump-log": ("cli.dump_log", "print the batches (and records) of a segment file"),
 }

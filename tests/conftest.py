@@ -22,13 +22,32 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def free_ports(count: int) -> int:
+    """A first port such that `count` consecutive ports are free (worker i uses port + i)."""
+    for _ in range(100):
+        first = free_port()
+        held = []
+        try:
+            for i in range(count):
+                s = socket.socket()
+                held.append(s)
+                s.bind(("127.0.0.1", first + i))
+            return first
+        except OSError:
+            continue
+        finally:
+            for s in held:
+                s.close()
+    raise RuntimeError(f"no {count} consecutive free ports")
+
+
 class Appliance:
     """An appliance run as `klog appliance run` in a child process, stopped by the test."""
 
     def __init__(self, workdir: Path, *, log_dirs: int = 1, settings: dict | None = None):
         self.workdir = workdir
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.port = free_port()
+        self.port = free_ports(log_dirs)
         self.log_dirs = [workdir / f"disk{i}" for i in range(log_dirs)]
         self.config = workdir / "server.properties"
         lines = {
@@ -47,24 +66,45 @@ class Appliance:
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def start(self, timeout_s: float = 20.0) -> Appliance:
+    def start(self, timeout_s: float = 20.0, env: dict | None = None) -> Appliance:
         self._stderr = open(self.stderr_path, "ab")  # noqa: SIM115 (open while the child runs)
         self.process = subprocess.Popen(
             [sys.executable, "-m", "cli.main", "appliance", "run", "--config", str(self.config)],
             cwd=REPO, stdout=self._stderr, stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
         )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"appliance exited with {self.process.returncode}:\n"
                                    + self.stderr_path.read_text()[-4000:])
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+            if all(self._accepts(self.port + i) for i in range(len(self.log_dirs))):
                 return self
-            except OSError:
-                time.sleep(0.05)
+            time.sleep(0.05)
         raise RuntimeError("appliance did not start listening:\n"
                            + self.stderr_path.read_text()[-4000:])
+
+    @staticmethod
+    def _accepts(port: int) -> bool:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return True
+        except OSError:
+            return False
+
+    def ports(self) -> list[int]:
+        return [self.port + i for i in range(len(self.log_dirs))]
+
+    def pids(self) -> dict[int, int]:
+        """Worker index -> pid, from `klog status --json` style data in the shm region."""
+        from appliance.config import load_config
+        from appliance.shm.appliance_region import ApplianceRegion
+
+        region = ApplianceRegion.open_status(load_config(self.config))
+        try:
+            return {w.index: w.pid for w in region.snapshot().workers}
+        finally:
+            region.close()
 
     def stop(self, sig=signal.SIGTERM, timeout_s: float = 15.0) -> int | None:
         if self.process is None or self.process.poll() is not None:

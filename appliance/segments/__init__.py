@@ -7,14 +7,23 @@ Public API::
     piece = log.read(offset, max_bytes)       # ReadSlice(fd, position, length, ...): sendfile
     log.offset_for_timestamp(ts_ms)           # (offset, timestamp) | None
     GroupCommitter().request(log, info.last_offset)  # Future: resolved once durable
+    numbers = log.snapshot()                  # LogSnapshot: what the owner publishes (shm)
+
+    # another process, from the directory and the published numbers only:
+    reader = PartitionReader(directory)
+    piece = reader.read(offset, max_bytes, **numbers._asdict(), hint=None)  # == log.read
+    # a restarted owner, on the numbers its predecessor published:
+    log = PartitionLog.open(directory, config, now_ms=..., attach=numbers.attach_point())
 
 Modules: ``config`` (LogConfig), ``errors``, ``layout`` (file names, partition.state),
 ``index`` (offset and time indexes), ``segment`` (one segment, the append path), ``lookup``,
 ``recovery`` (validation scan, reports), ``repair``, ``log_loader``, ``policy`` (pure roll,
 retention and flush decisions), ``validation`` (checking an append), ``segment_list``,
-``log`` (PartitionLog), ``group_commit``, ``faults``.
+``log`` (PartitionLog), ``group_commit``, ``faults``, ``attach`` (opening on published
+numbers), ``readonly`` and ``reader`` (PartitionReader: reads by a process that is not the owner).
 """
 
+from .attach import AttachPoint
 from .config import LogConfig
 from .errors import (
     CorruptRecordError,
@@ -25,21 +34,26 @@ from .errors import (
 )
 from .group_commit import GroupCommitStatistics, GroupCommitter
 from .layout import partition_dir
-from .log import EMPTY_SLICE, AppendInfo, BatchPosition, PartitionLog, ReadSlice
+from .log import EMPTY_SLICE, AppendInfo, BatchPosition, LogSnapshot, PartitionLog, ReadSlice
+from .reader import PartitionReader, ReaderStatistics
 from .recovery import RecoveryReport, SegmentRecovery
 
 __all__ = [
     "EMPTY_SLICE",
     "AppendInfo",
+    "AttachPoint",
     "BatchPosition",
     "CorruptRecordError",
     "GroupCommitStatistics",
     "GroupCommitter",
     "LogClosedError",
     "LogConfig",
+    "LogSnapshot",
     "OffsetOutOfRangeError",
     "PartitionLog",
+    "PartitionReader",
     "ReadSlice",
+    "ReaderStatistics",
     "RecordTooLargeError",
     "RecoveryReport",
     "SegmentRecovery",

@@ -57,12 +57,16 @@ class _MappedIndex:
 
     # -- opening -----------------------------------------------------------------------------
 
-    def load(self, *, active: bool, max_relative_offset: int, max_position: int) -> None:
-        """Map the file and count the valid entries.
+    def load(self, *, active: bool, max_relative_offset: int, max_position: int,
+             trusted: bool = False) -> int:
+        """Map the file and count the valid entries; return how many entries the file declared.
 
         ``active``: the file may be preallocated (entries end at the first all-zero entry).
         Entries beyond the first one that breaks monotonicity or bounds are dropped and
-        ``damaged`` is set; the caller re-adds entries from the log.
+        ``damaged`` is set; the caller re-adds entries from the log. ``trusted`` (attach after
+        a worker restart): monotonicity is assumed, not checked entry by entry; the entries
+        within the bounds are found by binary search, those beyond are dropped without setting
+        ``damaged`` (they belong to a tail the caller validates).
         """
         size = os.fstat(self._fd).st_size
         if active:
@@ -73,12 +77,15 @@ class _MappedIndex:
             self.damaged = size % self.ENTRY.size != 0
             if declared:
                 self._map = _map(self._fd, declared * self.ENTRY.size, mmap.PROT_READ)
-        valid = self._valid_prefix(declared, max_relative_offset, max_position)
+        if trusted:
+            valid = self._bounded_prefix(declared, max_relative_offset, max_position)
+        else:
+            valid = self._valid_prefix(declared, max_relative_offset, max_position)
+            self.damaged = self.damaged or valid < declared
         self.entries = valid
-        if valid < declared:
-            self.damaged = True
-            if self.writable:
-                self._zero(valid, declared)
+        if valid < declared and self.writable:
+            self._zero(valid, declared)
+        return declared
 
     def _activate(self, size: int) -> None:
         capacity = self.max_entries * self.ENTRY.size
@@ -114,6 +121,18 @@ class _MappedIndex:
             previous = entry
             good += 1
         return good
+
+    def _bounded_prefix(self, count: int, max_relative_offset: int, max_position: int) -> int:
+        """How many leading entries lie within the bounds, by binary search (entries are
+        monotonic, so those within the bounds are a prefix)."""
+        lo, hi = 0, count
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self._within(self.entry(mid), max_relative_offset, max_position):
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -208,6 +227,10 @@ class OffsetIndex(_MappedIndex):
             return False
         return previous is None or (relative > previous[0] and position > previous[1])
 
+    @staticmethod
+    def _within(entry, max_relative_offset: int, max_position: int) -> bool:
+        return 0 <= entry[0] <= max_relative_offset and 0 < entry[1] < max_position
+
     def append(self, offset: int, position: int) -> None:
         self._append(offset - self.base_offset, position)
 
@@ -246,6 +269,10 @@ class TimeIndex(_MappedIndex):
         if not 0 <= relative <= max_relative_offset or (timestamp == 0 and relative == 0):
             return False
         return previous is None or (timestamp > previous[0] and relative >= previous[1])
+
+    @staticmethod
+    def _within(entry, max_relative_offset: int, max_position: int) -> bool:
+        return entry[0] > 0 and 0 <= entry[1] <= max_relative_offset
 
     @property
     def last_timestamp(self) -> int:

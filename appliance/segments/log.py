@@ -32,6 +32,7 @@ from typing import NamedTuple
 from klog.protocol import record_batch as rb
 
 from . import faults, policy, reads, retention
+from .attach import AttachPoint
 from .config import LONG_MAX, LogConfig
 from .errors import LogClosedError, StorageError, storage_errors
 from .layout import fsync_directory, write_state
@@ -42,7 +43,8 @@ from .segment import LogSegment
 from .segment_list import SegmentList
 from .validation import validate_append
 
-__all__ = ["EMPTY_SLICE", "AppendInfo", "BatchPosition", "PartitionLog", "ReadSlice"]
+__all__ = ["EMPTY_SLICE", "AppendInfo", "AttachPoint", "BatchPosition", "LogSnapshot",
+           "PartitionLog", "ReadSlice"]
 
 log = logging.getLogger("klog.segments")
 
@@ -58,11 +60,25 @@ class AppendInfo(NamedTuple):
     log_start_offset: int
 
 
+class LogSnapshot(NamedTuple):
+    """The published state of a log; field names match PartitionReader.read's keywords."""
+
+    log_start_offset: int
+    high_watermark: int
+    log_end_offset: int
+    active_base_offset: int
+    active_bytes: int  # valid bytes of the active segment (a batch boundary)
+
+    def attach_point(self) -> AttachPoint:
+        return AttachPoint(self.log_end_offset, self.active_base_offset, self.active_bytes)
+
+
 class PartitionLog:
     """Open with :meth:`open`; see the module docstring for threads and errors."""
 
     def __init__(self, directory: str, config: LogConfig, segments: list[LogSegment],
-                 recovery: RecoveryReport, log_start_offset: int, now_ms: int):
+                 recovery: RecoveryReport, log_start_offset: int, now_ms: int,
+                 recovery_point: int | None = None):
         self.directory = directory
         self.config = config
         self.recovery = recovery
@@ -70,25 +86,31 @@ class PartitionLog:
         self._segments = SegmentList(segments, directory)
         self._log_end_offset = self._high_watermark = self._segments.active.next_offset
         self._log_start_offset = log_start_offset
-        self._recovery_point = self._log_end_offset
+        self._recovery_point = self._log_end_offset if recovery_point is None else recovery_point
         self._unflushed_messages = 0
         self._last_flush_ms = now_ms
         self._flush_policy = config.flush_messages < LONG_MAX or config.flush_ms < LONG_MAX
         self._closed = False
 
     @classmethod
-    def open(cls, directory: str, config: LogConfig, *, now_ms: int,
-             verify: str = "tail") -> PartitionLog:
+    def open(cls, directory: str, config: LogConfig, *, now_ms: int, verify: str = "tail",
+             attach: AttachPoint | None = None) -> PartitionLog:
         """Open (creating the directory if missing) and recover the log; ``.recovery`` says what
         recovery did. ``verify="full"`` validates every batch (slow; for suspected corruption).
-        Raises StorageError."""
+        ``attach``: the numbers the log's previous owner published after its last append
+        (a worker restarted on a machine that stayed up): everything below them is trusted,
+        only what follows is validated (``attach.py``); if the files disagree, the normal
+        recovery runs and ``.recovery.attach_refused`` says why. An attached log claims nothing
+        durable: its first flush fdatasyncs every segment. Raises StorageError."""
         with storage_errors(directory, "open the log"):
             os.makedirs(directory, exist_ok=True)
-            segments, report, saved = load_segments(directory, config, now_ms=now_ms, verify=verify)
+            segments, report, saved = load_segments(directory, config, now_ms=now_ms,
+                                                    verify=verify, attach=attach)
         end = segments[-1].next_offset
         start = min(max(saved or 0, segments[0].base_offset), end)
         report.log_start_offset, report.log_end_offset = start, end
-        plog = cls(directory, config, segments, report, start, now_ms)
+        plog = cls(directory, config, segments, report, start, now_ms,
+                   recovery_point=start if report.attached else None)
         try:
             plog._write_state(clean_shutdown=False)
         except StorageError:
@@ -130,6 +152,27 @@ class PartitionLog:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    def snapshot(self) -> LogSnapshot:
+        """The numbers to publish after every append, roll, retention or truncation (the shm
+        region's partition entry): what a :class:`~appliance.segments.reader.PartitionReader`
+        in another process needs, and what a restarted owner attaches to."""
+        active = self._segments.active
+        return LogSnapshot(self._log_start_offset, self._high_watermark, self._log_end_offset,
+                           active.base_offset, active.size)
+
+    def active_index_entries(self, first: int = 0) -> list[tuple[int, int]]:
+        """``(offset, position)`` of the active segment's offset index entries from the
+        ``first``-th on (entry n names the last offset of the batch at byte ``position``), for
+        the shm ring. The count restarts at 0 when the active segment changes and drops when a
+        truncation removes entries: publish the whole list again then."""
+        index = self._segments.active.index
+        return [index.entry_at(n) for n in range(first, index.entries)]
+
+    @property
+    def active_index_count(self) -> int:
+        """How many offset index entries the active segment has (see active_index_entries)."""
+        return self._segments.active.index.entries
 
     # -- appending --------------------------------------------------------------------------
 

@@ -13,6 +13,9 @@ Rules:
   stays contiguous; this is logged at ERROR and flagged in the report (``corrupt_in_middle``).
 - After an unclean shutdown every segment is fdatasynced once recovered, so what survived in
   the page cache is durable before the log reports it as such.
+- With an attach point (a worker restarted on the same machine, ``attach.py``), the numbers the
+  dead owner published replace the validation of everything below them; if the files disagree
+  with them, the rules above apply and the report says why.
 
 What can fail: ``OSError`` (the caller wraps it in StorageError). Bad data never raises.
 """
@@ -22,19 +25,23 @@ from __future__ import annotations
 import logging
 import os
 
+from .attach import AttachPoint, AttachRefused, attach_segments
 from .config import LogConfig
 from .layout import leftover_files, list_segment_bases, read_state
 from .recovery import RecoveryReport, SegmentRecovery
-from .repair import recover_segment
+from .repair import recover_segment, restore_rolling_base
 from .segment import LogSegment
 
 log = logging.getLogger("klog.segments")
 
 
 def load_segments(
-    directory: str, config: LogConfig, *, now_ms: int, verify: str
+    directory: str, config: LogConfig, *, now_ms: int, verify: str,
+    attach: AttachPoint | None = None,
 ) -> tuple[list[LogSegment], RecoveryReport, int | None]:
     """Open and recover every segment of ``directory``; the last one is left active.
+    ``attach``: first try to open on the numbers a killed owner published (``attach.py``);
+    when the files disagree, recover as usual and say why in ``report.attach_refused``.
     Returns (segments, report, log start offset from the state file or None)."""
     if verify not in ("tail", "full"):
         raise ValueError(f"verify must be 'tail' or 'full', got {verify!r}")
@@ -49,6 +56,16 @@ def load_segments(
     if leftovers:
         report.notes.append(
             f"removed {len(leftovers)} leftover files (.deleted, .tmp, orphan indexes)")
+    if attach is not None and verify == "full":
+        report.notes.append("verify='full' asked for: the attach point was not used")
+    elif attach is not None:
+        try:
+            segments = attach_segments(directory, config, attach, bases, now_ms=now_ms,
+                                       report=report)
+        except AttachRefused as exc:
+            report.attach_refused = str(exc)
+        else:
+            return segments, report, state.log_start_offset
     if not bases:
         report.clean_shutdown = True
         report.notes.append("new log" if state.log_start_offset is None else "no segments")
@@ -89,11 +106,7 @@ def _recover_all(directory, config, bases, clean, verify, now_ms, segments, repo
                 f"offsets [{segment.next_offset}, {next_base}) are missing between segments "
                 f"{base} and {next_base}"
             )
-    active = segments[-1]
-    if active.size:
-        first = next(active.headers(0, active.size))[1]
-        if 0 < first.max_timestamp <= now_ms:
-            active.rolling_base_ms = first.max_timestamp  # Kafka's rule after a restart
+    restore_rolling_base(segments[-1], now_ms)
 
 
 def _drop_later_segments(directory, config, doomed_bases, segment, recovered, report,

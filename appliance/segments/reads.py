@@ -40,8 +40,8 @@ class ReadSlice(NamedTuple):
         return self.length > 0
 
     def read(self) -> bytes:
-        """Copy the bytes (tests and tools only; Fetch uses sendfile)."""
-        return os.pread(self.fd, self.length, self.position)
+        """Copy the bytes (tests and tools only; Fetch uses sendfile). b"" when empty."""
+        return os.pread(self.fd, self.length, self.position) if self.length else b""
 
 
 EMPTY_SLICE = ReadSlice(-1, 0, 0, -1, -1, "")

@@ -117,6 +117,7 @@ class SegmentRecovery:
     indexes_rebuilt: list[str] = field(default_factory=list)  # "index", "timeindex"
     problem: str | None = None
     deleted: bool = False  # removed because an earlier segment was corrupt
+    trusted_bytes: int = 0  # attach: bytes taken on the published numbers, neither read nor CRC'd
 
     @property
     def eventful(self) -> bool:
@@ -137,6 +138,10 @@ class SegmentRecovery:
             parts.append(f"because: {self.problem}")
         if self.indexes_rebuilt:
             parts.append(f"rebuilt {', '.join(self.indexes_rebuilt)}")
+        if len(parts) == 1 and self.trusted_bytes:
+            parts.append(
+                f"trusted {self.trusted_bytes} bytes, {self.batches_validated} batches validated "
+                f"from byte {self.scanned_from}")
         if len(parts) == 1:
             parts.append(
                 f"ok, {self.batches_validated} batches validated from byte {self.scanned_from}")
@@ -153,6 +158,13 @@ class RecoveryReport:
     notes: list[str] = field(default_factory=list)
     log_start_offset: int = 0
     log_end_offset: int = 0
+    attached: bool = False  # opened on the numbers a killed worker published (see attach.py)
+    attach_refused: str | None = None  # attach was asked for, the files disagreed: full recovery
+    attach_offset: int | None = None  # the published log end offset attach started from
+
+    @property
+    def trusted_bytes(self) -> int:
+        return sum(s.trusted_bytes for s in self.segments)
 
     @property
     def bytes_truncated(self) -> int:
@@ -176,8 +188,9 @@ class RecoveryReport:
 
     @property
     def changed(self) -> bool:
-        """Recovery cut data, deleted segments or rebuilt indexes: worth a log line."""
-        return self.truncated or bool(self.indexes_rebuilt)
+        """Recovery cut data, deleted segments, rebuilt indexes, or refused to attach: worth a
+        log line."""
+        return self.truncated or bool(self.indexes_rebuilt) or self.attach_refused is not None
 
     @property
     def corrupt_in_middle(self) -> bool:
@@ -191,6 +204,14 @@ class RecoveryReport:
             f"{self.log_end_offset}), {self.bytes_truncated} bytes truncated, "
             f"{len(self.indexes_rebuilt)} indexes rebuilt"
         ]
+        if self.attached:
+            lines.append(
+                f"  attached at offset {self.attach_offset}: trusted {self.trusted_bytes} bytes "
+                f"in {sum(bool(s.trusted_bytes) for s in self.segments)} segments without "
+                f"reading them; validated {sum(s.batches_validated for s in self.segments)} "
+                f"batches after the published end")
+        if self.attach_refused:
+            lines.append(f"  attach refused, recovered from the files: {self.attach_refused}")
         lines += [f"  {note}" for note in self.notes]
         lines += [f"  {s}" for s in self.segments if s.eventful]
         return "\n".join(lines)

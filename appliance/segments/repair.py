@@ -45,7 +45,7 @@ def recover_segment(
     damaged = _damaged_indexes(segment)
     if mode == "trust" and not damaged:
         segment.size, segment.next_offset = file_size, next_base
-        _restore_max_timestamp(segment)
+        restore_max_timestamp(segment)
         return report
     if not writable:
         segment.index.activate()
@@ -54,12 +54,12 @@ def recover_segment(
         segment.activate(min_capacity=file_size)
     if damaged or mode == "full":
         report.indexes_rebuilt = damaged
-        _validate(segment, report, 0, segment.base_offset, active)
+        validate_from(segment, report, 0, segment.base_offset, active)
     else:
         start, expected, dropped = _resume_point(segment)
         if dropped:
             report.indexes_rebuilt = ["index"]
-        _validate(segment, report, start, expected, active)
+        validate_from(segment, report, start, expected, active)
     if not active:
         segment.seal_indexes()
     return report
@@ -76,7 +76,7 @@ def rebuild_indexes(segment: LogSegment) -> SegmentRecovery:
         index.activate()
         index.reset()
     segment._bytes_since_index = 0
-    _restore_max_timestamp(segment)
+    restore_max_timestamp(segment)
     buf, _, temporary = _source(segment)
     try:
         result = scan_segment(buf, 0, segment.size, segment.base_offset, segment.track_batch)
@@ -103,7 +103,7 @@ def truncate_segment(segment: LogSegment, offset: int) -> int:
     segment.time_index.truncate_to(header.base_offset)
     segment.truncate_file(position)
     segment.next_offset = header.base_offset
-    _restore_max_timestamp(segment)
+    restore_max_timestamp(segment)
     entries = segment.index.entries
     last_indexed = segment.index.entry_at(entries - 1)[1] if entries else 0
     for _, batch in segment.headers(last_indexed, segment.size):  # batches after the last entry
@@ -123,9 +123,20 @@ def _damaged_indexes(segment: LogSegment) -> list[str]:
     return damaged
 
 
-def _restore_max_timestamp(segment: LogSegment) -> None:
+def restore_max_timestamp(segment: LogSegment) -> None:
+    """The segment's max timestamp as its time index's last entry says (sealed segments record
+    their final max there; an active one's batches after the last entry must be re-tracked)."""
     last = segment.time_index.last_entry()
     segment.max_timestamp, segment.offset_of_max_timestamp = last or (-1, segment.base_offset)
+
+
+def restore_rolling_base(segment: LogSegment, now_ms: int) -> None:
+    """After a restart, ``segment.ms`` counts from the active segment's first batch timestamp
+    (Kafka's rule), not from the open."""
+    if segment.size:
+        first = next(segment.headers(0, segment.size))[1]
+        if 0 < first.max_timestamp <= now_ms:
+            segment.rolling_base_ms = first.max_timestamp
 
 
 def _source(segment: LogSegment):
@@ -154,7 +165,7 @@ def _resume_point(segment: LogSegment) -> tuple[int, int, bool]:
             if header is not None and header.last_offset == offset:
                 segment.index.truncate_to(header.base_offset)
                 segment.time_index.truncate_to(header.base_offset)
-                _restore_max_timestamp(segment)
+                restore_max_timestamp(segment)
                 segment._bytes_since_index = segment.config.index_interval_bytes + 1
                 return position, header.base_offset, dropped
             segment.index._truncate_entries(segment.index.entries - 1)
@@ -163,20 +174,23 @@ def _resume_point(segment: LogSegment) -> tuple[int, int, bool]:
         segment.index.reset()
         segment.time_index.reset()
         segment._bytes_since_index = 0
-        _restore_max_timestamp(segment)
+        restore_max_timestamp(segment)
         return 0, segment.base_offset, dropped
     finally:
         if temporary is not None:
             temporary.close()
 
 
-def _validate(segment, report, start, expected, active) -> None:
-    """Scan from ``start``, re-adding index entries; cut what follows the valid end."""
+def validate_from(segment: LogSegment, report: SegmentRecovery, start: int, expected: int,
+                  active: bool) -> None:
+    """Validate batches from byte ``start`` (whose first batch must have base offset
+    ``expected``), re-adding index entries; cut what follows the valid end (zeroed when
+    ``active``, trimmed otherwise). Records what it did in ``report``. Raises OSError."""
     if start == 0:
         segment.index.reset()
         segment.time_index.reset()
         segment._bytes_since_index = 0
-        _restore_max_timestamp(segment)
+        restore_max_timestamp(segment)
     buf, end, temporary = _source(segment)
     try:
         result = scan_segment(buf, start, end, expected, segment.track_batch)

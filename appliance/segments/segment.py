@@ -62,6 +62,7 @@ COPY_THRESHOLD = 32 * 1024  # smaller appends: one patched copy, one iovec (see 
 _READ_CHUNK = 8192
 _IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
 _HEAD = 16  # base offset, batch length, leader epoch: the bytes patched outside the CRC
+_ZERO_HEADER = bytes(rb.HEADER_BYTES)
 
 
 class LogSegment:
@@ -259,29 +260,9 @@ class LogSegment:
 
     def headers(self, start: int, end: int):
         """Yield ``(position, BatchHeader)`` for the batches in ``[start, end)``, reading only
-        headers (``os.pread`` in 8 KiB chunks, so one call covers the few batches between two
-        index entries). Raises CorruptRecordError when a header is implausible (never serve
-        garbage)."""
-        buf, base = b"", start
-        pos = start
-        while pos < end:
-            off = pos - base
-            if off < 0 or off + rb.HEADER_BYTES > len(buf):
-                buf, base, off = os.pread(self.fd, max(_READ_CHUNK, rb.HEADER_BYTES), pos), pos, 0
-            if off + rb.HEADER_BYTES > len(buf):
-                raise CorruptRecordError(f"short batch header at byte {pos}", path=self.path,
-                                         position=pos)
-            header = rb.BatchHeader._make(rb.HEADER.unpack_from(buf, off))
-            if header.magic != rb.MAGIC or header.batch_length < rb.MIN_BATCH_LENGTH or (
-                pos + header.size > end
-            ):
-                raise CorruptRecordError(
-                    f"implausible batch header at byte {pos}: magic {header.magic}, "
-                    f"batch_length {header.batch_length}, segment end {end}",
-                    path=self.path, position=pos,
-                )
-            yield pos, header
-            pos += header.size
+        headers (see :func:`read_headers`). Raises CorruptRecordError when a header is
+        implausible (never serve garbage)."""
+        return read_headers(self.fd, self.path, start, end)
 
     def read_bytes(self, position: int, length: int) -> bytes:
         """Copy bytes out of the file (recovery, timestamp refinement, tests; not Fetch)."""
@@ -339,6 +320,36 @@ class LogSegment:
         state = "active" if self.active else "sealed"
         return (f"<LogSegment {self.path} {state} offsets [{self.base_offset}, "
                 f"{self.next_offset}) {self.size} bytes>")
+
+
+def read_headers(fd: int, path: str, start: int, end: int, *, zeros_end: bool = False):
+    """Yield ``(position, BatchHeader)`` for the batches in ``[start, end)`` of the file open as
+    ``fd``, reading only headers (``os.pread`` in 8 KiB chunks, so one call covers the few
+    batches between two index entries). ``zeros_end``: an all-zero header is the end of data
+    (a reader of files it does not own may meet the zeros of a file not yet trimmed). Raises
+    CorruptRecordError when a header is implausible (never serve garbage)."""
+    buf, base = b"", start
+    pos = start
+    while pos < end:
+        off = pos - base
+        if off < 0 or off + rb.HEADER_BYTES > len(buf):
+            buf, base, off = os.pread(fd, max(_READ_CHUNK, rb.HEADER_BYTES), pos), pos, 0
+        if off + rb.HEADER_BYTES > len(buf):
+            raise CorruptRecordError(f"short batch header at byte {pos}", path=path,
+                                     position=pos)
+        header = rb.BatchHeader._make(rb.HEADER.unpack_from(buf, off))
+        if header.magic != rb.MAGIC or header.batch_length < rb.MIN_BATCH_LENGTH or (
+            pos + header.size > end
+        ):
+            if zeros_end and buf[off : off + rb.HEADER_BYTES] == _ZERO_HEADER:
+                return
+            raise CorruptRecordError(
+                f"implausible batch header at byte {pos}: magic {header.magic}, "
+                f"batch_length {header.batch_length}, segment end {end}",
+                path=path, position=pos,
+            )
+        yield pos, header
+        pos += header.size
 
 
 def _patch(buf, pos: int, offset: int, leader_epoch: int | None) -> None:

@@ -34,6 +34,7 @@ class OwnedPartition:
     index: int
     log: PartitionLog
     producers: ProducerStates
+    publication: object = None  # where the shm region mirrors it (shared_state.Publication)
 
 
 @dataclass(frozen=True)
@@ -54,12 +55,13 @@ class Partitions:
     """The partitions this worker owns, keyed by (topic, index)."""
 
     def __init__(self, log_dir: Path, defaults: LogConfig, *, worker_index: int = 0,
-                 on_append=None):
+                 on_append=None, publisher=None):
         self.log_dir = Path(log_dir)
         self.defaults = defaults
         self.worker_index = worker_index
         self._owned: dict[tuple[str, int], OwnedPartition] = {}
         self._on_append = on_append or (lambda topic, index: None)
+        self.publisher = publisher
 
     def __len__(self) -> int:
         return len(self._owned)
@@ -77,13 +79,21 @@ class Partitions:
             if owner != self.worker_index or (info.name, index) in self._owned:
                 continue
             directory = partition_dir(self.log_dir, info.name, index)
-            partition_log = PartitionLog.open(directory, config, now_ms=now_ms)
+            attach = self.publisher.attach_point(info.name, index) if self.publisher else None
+            partition_log = PartitionLog.open(str(directory), config, now_ms=now_ms,
+                                              attach=attach)
             producers = ProducerStates()
             for _, header in partition_log.iter_batch_headers():
                 producers.record(header, header.base_offset)
-            self._owned[(info.name, index)] = OwnedPartition(
-                info.name, index, partition_log, producers
-            )
+            owned = OwnedPartition(info.name, index, partition_log, producers)
+            if self.publisher is not None:
+                owned.publication = self.publisher.start(info.name, index, partition_log)
+            self._owned[(info.name, index)] = owned
+
+    def publish(self, owned: OwnedPartition, records_in: int = 0, bytes_in: int = 0) -> None:
+        """Mirror a partition's new state into the shm region (after appends and retention)."""
+        if self.publisher is not None:
+            self.publisher.publish(owned.publication, owned.log, records_in, bytes_in)
 
     def close_topic(self, name: str, *, delete: bool) -> None:
         for key in [k for k in self._owned if k[0] == name]:
@@ -138,6 +148,7 @@ class Partitions:
         for header in headers:
             producers.record(header, offset, info.log_append_time_ms)
             offset += header.last_offset_delta + 1
+        self.publish(owned, info.record_count, len(records))
         self._on_append(topic, index)
         return AppendOutcome(base_offset=info.base_offset, last_offset=info.last_offset,
                              log_append_time_ms=info.log_append_time_ms,

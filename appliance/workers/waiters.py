@@ -43,6 +43,10 @@ class AppendWaiters:
                     if not waiting:
                         del self._waiting[key]
 
+    def waiting_partitions(self) -> list[tuple[str, int]]:
+        """The partitions some fetch waits on now."""
+        return list(self._waiting)
+
     def statistics(self) -> dict[str, int]:
         return {"partitions_waited_on": len(self._waiting),
                 "waiting_fetches": len({e for s in self._waiting.values() for e in s})}

@@ -26,12 +26,16 @@ from appliance.workers.connection import KafkaConnection
 from appliance.workers.handlers import HANDLERS
 from appliance.workers.handlers.api_versions import advertised_versions
 from appliance.workers.partitions import Partitions
+from appliance.workers.shared_state import Publisher, RemoteLogs
 from appliance.workers.waiters import AppendWaiters
 
 log = logging.getLogger(__name__)
 
 NODES_PER_APPLIANCE = 100
 FLUSH_CHECK_INTERVAL_S = 0.1
+# Appends by other workers cannot wake our waiters directly; while fetches wait on their
+# partitions, the published high watermarks are polled this often (a few µs per partition).
+REMOTE_POLL_INTERVAL_S = 0.002
 
 
 @dataclass(frozen=True)
@@ -49,7 +53,7 @@ class Worker:
     """The state one worker process serves from. Everything runs on one asyncio loop."""
 
     def __init__(self, config: BrokerConfig, *, index: int = 0, controller=None,
-                 log_dir: Path | None = None, clock=time.time):
+                 log_dir: Path | None = None, clock=time.time, region=None):
         self.config = config
         self.index = index
         self.clock = clock
@@ -68,8 +72,12 @@ class Worker:
         self.node_id = node_id_for(config.broker_id, index)
         self.controller_node_id = node_id_for(config.broker_id, 0)
         self.waiters = AppendWaiters()
-        self.partitions = Partitions(self.log_dir, config.log_defaults, worker_index=index,
-                                     on_append=self.waiters.notify)
+        self.region = region
+        self.partitions = Partitions(
+            self.log_dir, config.log_defaults, worker_index=index, on_append=self.waiters.notify,
+            publisher=Publisher(region, index) if region is not None else None)
+        self.remote = (RemoteLogs(region, config.log_dirs, index) if region is not None
+                       else None)
         self.committer = GroupCommitter()
         self.handlers = dict(HANDLERS)
         self.advertised_api_versions = advertised_versions(set(self.handlers))
@@ -86,10 +94,37 @@ class Worker:
     def node_id_of(self, worker_index: int) -> int:
         return node_id_for(self.config.broker_id, worker_index)
 
+    def is_serving(self, worker_index: int) -> bool:
+        """Whether a worker of this appliance is up (always, without a shared region)."""
+        if self.region is None or worker_index == self.index:
+            return True
+        return self.region.worker_serving_now(worker_index)
+
     def nodes(self) -> list[Node]:
+        """The workers that serve now: clients must not be sent to a dead one's port."""
         advertised = self.config.advertised
         return [Node(self.node_id_of(i), advertised.host, advertised.port + i)
-                for i in range(len(self.config.log_dirs))]
+                for i in range(len(self.config.log_dirs)) if self.is_serving(i)]
+
+    def leader_of(self, owner: int) -> int:
+        return self.node_id_of(owner) if self.is_serving(owner) else -1
+
+    def note_fetched(self, topic: str, index: int, nbytes: int) -> None:
+        """Count bytes this worker served from one of its own partitions (for status)."""
+        owned = self.partitions.get(topic, index)
+        publication = owned.publication if owned is not None else None
+        if publication is not None:
+            self.region.fetch_out.add_partition_out(publication.slot, publication.epoch,
+                                                    self.index, nbytes, 0)
+
+    def readable_log(self, topic: str, index: int):
+        """The log a Fetch reads: this worker's own, or another worker's through shm."""
+        owned = self.partitions.get(topic, index)
+        if owned is not None:
+            return owned.log
+        if self.remote is not None:
+            return self.remote.get(topic, index)
+        return None
 
     # life cycle --------------------------------------------------------------------------
 
@@ -102,6 +137,8 @@ class Worker:
 
     def _on_topic_change(self, name, info) -> None:
         if info is None:
+            if self.remote is not None:
+                self.remote.forget(name)
             self.partitions.close_topic(name, delete=True)
         else:
             self.partitions.open_topic(info, now_ms=self.now_ms())
@@ -118,6 +155,8 @@ class Worker:
                                                     backlog=1024)
         self._tasks = [asyncio.ensure_future(self._retention_loop()),
                        asyncio.ensure_future(self._flush_loop())]
+        if self.remote is not None:
+            self._tasks.append(asyncio.ensure_future(self._watch_remote_appends()))
 
     @property
     def bound_port(self) -> int:
@@ -136,6 +175,8 @@ class Worker:
             connection.close()
         self.committer.close()
         self.partitions.close()
+        if self.remote is not None:
+            self.remote.close()
 
     # background duties -------------------------------------------------------------------
 
@@ -154,8 +195,23 @@ class Worker:
                 log.error("retention of %s-%d failed: %s", owned.topic, owned.index, exc)
                 continue
             if deleted:
+                self.partitions.publish(owned)
                 log.info("retention deleted %d segment(s) of %s-%d", deleted, owned.topic,
                          owned.index)
+
+    async def _watch_remote_appends(self) -> None:
+        seen: dict[tuple[str, int], int] = {}
+        while True:
+            await asyncio.sleep(REMOTE_POLL_INTERVAL_S)
+            waiting = [k for k in self.waiters.waiting_partitions()
+                       if self.partitions.get(*k) is None]
+            for key in waiting:
+                remote = self.remote.get(*key)
+                if remote is not None and seen.get(key) != remote.high_watermark:
+                    seen[key] = remote.high_watermark
+                    self.waiters.notify(*key)
+            if len(seen) > 4 * len(waiting) + 64:
+                seen = {k: v for k, v in seen.items() if k in waiting}
 
     async def _flush_loop(self) -> None:
         while True:
@@ -166,17 +222,3 @@ class Worker:
                     owned.log.flush_if_due(now_ms=now_ms)
                 except StorageError as exc:
                     log.error("flush of %s-%d failed: %s", owned.topic, owned.index, exc)
-
-
-async def run_worker(config: BrokerConfig, *, ready=None, stop: asyncio.Event | None = None):
-    """Run a one-worker appliance until `stop` is set (the CLI sets it on SIGTERM/SIGINT)."""
-    worker = Worker(config)
-    worker.open_logs()
-    await worker.serve()
-    log.info("worker %d serving %d partition(s) on %s:%d (node %d)", worker.index,
-             len(worker.partitions), config.listeners.host, worker.bound_port, worker.node_id)
-    if ready is not None:
-        ready(worker)
-    stop = stop or asyncio.Event()
-    await stop.wait()
-    await worker.stop()

@@ -28,11 +28,13 @@ def log_dir(tmp_path):
 
 @pytest.fixture
 def open_log(log_dir):
-    """open_log(config=SMALL, now_ms=0) -> PartitionLog, closed at teardown."""
+    """open_log(config=SMALL, now_ms=0, verify="tail", attach=None) -> PartitionLog, closed
+    at teardown."""
     opened = []
 
-    def _open(config: LogConfig = SMALL, *, now_ms: int = 0, verify: str = "tail"):
-        log = PartitionLog.open(log_dir, config, now_ms=now_ms, verify=verify)
+    def _open(config: LogConfig = SMALL, *, now_ms: int = 0, verify: str = "tail",
+              attach=None):
+        log = PartitionLog.open(log_dir, config, now_ms=now_ms, verify=verify, attach=attach)
         opened.append(log)
         return log
 

@@ -11,6 +11,7 @@ the fetch waits, up to `max_wait_ms`, for an append to one of its partitions. Se
 from __future__ import annotations
 
 from appliance.segments.errors import OffsetOutOfRangeError, StorageError
+from appliance.workers.shared_state import NotPublishedError
 from klog.protocol.apis import fetch
 from klog.protocol.chunks import FileRegion
 from klog.protocol.errors import ErrorCode
@@ -18,17 +19,18 @@ from klog.protocol.errors import ErrorCode
 API_KEY = fetch.SPEC.key
 
 
-def _partition(index, error, owned=None, records=b""):
-    hwm = owned.log.high_watermark if owned else -1
+def _partition(index, error, log=None, records=b""):
+    hwm = log.high_watermark if log else -1
     return fetch.PartitionData(
         partition_index=index, error_code=int(error), high_watermark=hwm,
-        last_stable_offset=hwm, log_start_offset=owned.log.log_start_offset if owned else -1,
+        last_stable_offset=hwm, log_start_offset=log.log_start_offset if log else -1,
         aborted_transactions=None, preferred_read_replica=-1, records=records)
 
 
 def _read(worker, topic, part, budget, must_fill):
-    """One partition's answer and the bytes it carries."""
-    owned = worker.partitions.get(topic, part.partition)
+    """One partition's answer and the bytes it carries. Any worker serves any partition of
+    the appliance: its own from its logs, the others' through the shared-memory index."""
+    owned = worker.readable_log(topic, part.partition)
     if owned is None:
         info = worker.controller.topic(topic)
         error = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -39,16 +41,19 @@ def _read(worker, topic, part, budget, must_fill):
     if limit <= 0 and not must_fill:
         return _partition(part.partition, ErrorCode.NONE, owned), 0, False
     try:
-        piece = owned.log.read(part.fetch_offset, max(limit, 1))
+        piece = owned.read(part.fetch_offset, max(limit, 1))
     except OffsetOutOfRangeError:
         return _partition(part.partition, ErrorCode.OFFSET_OUT_OF_RANGE, owned), 0, True
     except StorageError:
         return _partition(part.partition, ErrorCode.KAFKA_STORAGE_ERROR, owned), 0, True
+    except NotPublishedError:
+        return _partition(part.partition, ErrorCode.NOT_LEADER_OR_FOLLOWER), 0, True
     if piece is None or piece.length == 0:
         return _partition(part.partition, ErrorCode.NONE, owned), 0, False
     if piece.length > limit and not must_fill:
         return _partition(part.partition, ErrorCode.NONE, owned), 0, False
     region = FileRegion(piece.fd, piece.position, piece.length)
+    worker.note_fetched(topic, part.partition, piece.length)
     return _partition(part.partition, ErrorCode.NONE, owned, region), piece.length, False
 
 

@@ -15,10 +15,13 @@ API_KEY = metadata.SPEC.key
 def _partitions(worker, info) -> list:
     result = []
     for index, owner in enumerate(info.owners):
-        node = worker.node_id_of(owner)
+        leader = worker.leader_of(owner)
+        replica = worker.node_id_of(owner)
         result.append(metadata.MetadataResponsePartition(
-            error_code=0, partition_index=index, leader_id=node, leader_epoch=-1,
-            replica_nodes=[node], isr_nodes=[node], offline_replicas=[]))
+            error_code=0 if leader >= 0 else int(ErrorCode.LEADER_NOT_AVAILABLE),
+            partition_index=index, leader_id=leader, leader_epoch=-1, replica_nodes=[replica],
+            isr_nodes=[replica] if leader >= 0 else [],
+            offline_replicas=[] if leader >= 0 else [replica]))
     return result
 
 

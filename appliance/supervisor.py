@@ -1,0 +1,321 @@
+"""The supervisor: a pre-fork master in the style of gunicorn's arbiter.
+
+It owns the config, the shared-memory region, the listening sockets (worker i listens on
+port + i; worker 0's port is the bootstrap port), the control channels, and the controller
+(topic creation and placement). It forks one worker per `log.dirs` entry with `os.fork`
+rather than a process pool, because it needs the arbiter's control over signals, inherited
+sockets and exit codes.
+
+Signal handlers only queue the signal; the main loop dispatches `handle_<signal>`. Every pass
+reaps dead children (`waitpid(-1, WNOHANG)` until 0), kills workers whose heartbeat went
+stale, and starts what is missing once its disk's backoff has passed. Workers say why they
+died through named exit codes: BOOT_ERROR halts the appliance (a bug or a bad config will
+not heal by restarting), DISK_FAILED takes only that worker offline.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import select
+import signal
+import socket
+import time
+from dataclasses import dataclass, field
+
+from appliance import sd_notify
+from appliance.catalog import Catalog, cluster_id
+from appliance.config import BrokerConfig
+from appliance.control_server import ControlServer
+from appliance.controller import LocalController
+from appliance.exit_codes import BOOT_ERROR, DISK_FAILED, describe_exit
+from appliance.shm.appliance_region import ApplianceRegion
+from appliance.workers.main import worker_main
+
+log = logging.getLogger(__name__)
+
+HANDLED_SIGNALS = (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGHUP,
+                   signal.SIGQUIT)
+LOOP_TICK_S = 0.5
+
+
+@dataclass
+class WorkerProcess:
+    index: int
+    pid: int = 0
+    started_at: float = 0.0
+    restarts: int = 0
+    backoff_s: float = 0.0
+    next_start_at: float = 0.0
+    failed: bool = False
+
+
+@dataclass
+class Supervisor:
+    config: BrokerConfig
+    reload_config: object = None  # () -> BrokerConfig, for SIGHUP
+    workers: dict[int, WorkerProcess] = field(default_factory=dict)
+
+    def __post_init__(self):
+        self._signals: list[int] = []
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._stopping = False
+        self._exit_code = 0
+        self._ready_sent = False
+        self._last_watchdog = 0.0
+        self.sockets: list[socket.socket] = []
+
+    # start -------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Serve until SIGTERM/SIGINT (exit 0) or a boot error (exit 1)."""
+        for log_dir in self.config.log_dirs:
+            log_dir.mkdir(parents=True, exist_ok=True)
+        self.region = ApplianceRegion.create(self.config)
+        try:
+            self.sockets = [self._bind(i) for i in range(len(self.config.log_dirs))]
+            catalog = Catalog(self.config.log_dirs[0])
+            cluster_id(self.config.log_dirs[0])  # made once here, before workers read it
+            for problem in catalog.problems:
+                log.error("catalog: %s", problem)
+            controller = LocalController(catalog, defaults=self.config.log_defaults,
+                                         default_partitions=self.config.num_partitions,
+                                         worker_count=len(self.config.log_dirs))
+            # slots first: a worker told about a new topic must find its partitions' slots
+            self.region.follow(controller)
+            self.control = ControlServer(controller)
+            self._install_signals()
+            for index in range(len(self.config.log_dirs)):
+                self.workers[index] = WorkerProcess(index)
+                self._spawn(self.workers[index])
+            self._loop()
+        finally:
+            self._shutdown()
+        return self._exit_code
+
+    def _bind(self, index: int) -> socket.socket:
+        listener = self.config.listeners
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((listener.host, listener.port + index))
+        sock.listen(1024)
+        sock.set_inheritable(True)
+        return sock
+
+    def _install_signals(self) -> None:
+        for signum in HANDLED_SIGNALS:
+            signal.signal(signum, self._queue_signal)
+
+    def _queue_signal(self, signum, frame) -> None:
+        self._signals.append(signum)
+        with contextlib.suppress(BlockingIOError):
+            os.write(self._wake_w, b".")
+
+    # the loop ----------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        while not (self._stopping and not self._alive_pids()):
+            self._wait_for_events()
+            while self._signals:
+                self._dispatch(self._signals.pop(0))
+            self._reap()
+            if self._stopping:
+                if time.monotonic() > self._stop_deadline:
+                    self._kill_all(signal.SIGKILL)
+                continue
+            self._kill_stale()
+            self._start_missing()
+            self._notify_systemd()
+
+    def _wait_for_events(self) -> None:
+        channels = self.control.by_fileno()
+        try:
+            readable, _, _ = select.select([self._wake_r, *channels], [], [], LOOP_TICK_S)
+        except InterruptedError:
+            return
+        for fd in readable:
+            if fd == self._wake_r:
+                while True:
+                    try:
+                        if not os.read(self._wake_r, 4096):
+                            break
+                    except BlockingIOError:
+                        break
+            else:
+                self.control.on_readable(channels[fd])
+
+    def _dispatch(self, signum: int) -> None:
+        name = signal.Signals(signum).name.lower()
+        getattr(self, f"handle_{name}")()
+
+    # signal handlers ---------------------------------------------------------------------
+
+    def handle_sigchld(self) -> None:
+        pass  # the loop reaps on every pass
+
+    def handle_sigterm(self) -> None:
+        """Graceful stop: workers stop accepting, answer what is in flight, flush, exit."""
+        if self._stopping:
+            return
+        log.info("stopping: asking %d worker(s) to finish", len(self._alive_pids()))
+        sd_notify.notify("STOPPING=1")
+        self._stopping = True
+        self._stop_deadline = time.monotonic() + self.config.shutdown_timeout_ms / 1000
+        self._kill_all(signal.SIGTERM)
+
+    handle_sigint = handle_sigterm
+    handle_sigquit = handle_sigterm
+
+    def handle_sighup(self) -> None:
+        """Reload what can be reloaded: the settings workers apply to new decisions."""
+        if self.reload_config is None:
+            return
+        try:
+            new = self.reload_config()
+        except ValueError as exc:
+            log.error("reload refused, keeping the running config: %s", exc)
+            return
+        fixed = [k for k in ("broker_id", "listeners", "log_dirs") if
+                 getattr(new, k) != getattr(self.config, k)]
+        if fixed:
+            log.warning("reload: %s change only with a restart", ", ".join(fixed))
+        sd_notify.notify("RELOADING=1")
+        self.control.controller.defaults = new.log_defaults
+        self.control.controller.default_partitions = new.num_partitions
+        self.control.broadcast({"op": "reload", "log_defaults": new.log_defaults.to_kafka(),
+                                "num_partitions": new.num_partitions,
+                                "log_retention_check_interval_ms":
+                                    new.log_retention_check_interval_ms})
+        log.info("reloaded configuration")
+        sd_notify.notify("READY=1")
+
+    # workers -----------------------------------------------------------------------------
+
+    def _spawn(self, worker: WorkerProcess) -> None:
+        parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.region.worker_starting(worker.index, restarts=worker.restarts)
+        pid = os.fork()
+        if pid == 0:  # the child: never returns
+            code = BOOT_ERROR
+            try:
+                for signum in HANDLED_SIGNALS:
+                    signal.signal(signum, signal.SIG_DFL)
+                os.close(self._wake_r)
+                os.close(self._wake_w)
+                parent_end.close()
+                for channel in self.control.channels.values():
+                    channel.sock.close()
+                for index, sock in enumerate(self.sockets):
+                    if index != worker.index:
+                        sock.close()
+                code = worker_main(self.config, worker.index, self.sockets[worker.index],
+                                   child_end, self.region.name)
+            except BaseException:
+                log.exception("worker %d failed to boot", worker.index)
+            finally:
+                os._exit(code)
+        child_end.close()
+        worker.pid = pid
+        worker.started_at = time.monotonic()
+        self.region.worker_forked(worker.index, pid)
+        self.control.attach(worker.index, parent_end)
+        log.info("worker %d started (pid %d, port %d, disk %s)", worker.index, pid,
+                 self.config.listeners.port + worker.index, self.config.log_dirs[worker.index])
+
+    def _reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            worker = next((w for w in self.workers.values() if w.pid == pid), None)
+            if worker is not None:
+                self._worker_exited(worker, status)
+
+    def _worker_exited(self, worker: WorkerProcess, status: int) -> None:
+        worker.pid = 0
+        self.control.detach(worker.index)
+        code = os.waitstatus_to_exitcode(status)
+        self.region.worker_exited(worker.index, failed=code == DISK_FAILED)
+        if self._stopping:
+            log.info("worker %d exited: %s", worker.index, describe_exit(code))
+            return
+        if code == BOOT_ERROR:
+            log.critical("worker %d cannot boot; halting the appliance (see its log above)",
+                         worker.index)
+            self._exit_code = 1
+            self.handle_sigterm()
+            return
+        if code == DISK_FAILED:
+            log.error("worker %d: its disk %s failed; it stays offline, the others serve",
+                      worker.index, self.config.log_dirs[worker.index])
+            worker.failed = True
+            return
+        ran_s = time.monotonic() - worker.started_at
+        backoff = self.config.worker_restart_backoff_ms / 1000
+        worker.backoff_s = backoff if ran_s > 60 or not worker.backoff_s else min(
+            worker.backoff_s * 2, self.config.worker_restart_backoff_max_ms / 1000)
+        worker.next_start_at = time.monotonic() + worker.backoff_s
+        worker.restarts += 1
+        log.error("worker %d died (%s) after %.1f s; restarting in %.2f s", worker.index,
+                  describe_exit(code), ran_s, worker.backoff_s)
+
+    def _start_missing(self) -> None:
+        now = time.monotonic()
+        for worker in self.workers.values():
+            if not worker.pid and not worker.failed and now >= worker.next_start_at:
+                self._spawn(worker)
+
+    def _kill_stale(self) -> None:
+        timeout_s = self.config.worker_heartbeat_timeout_ms / 1000
+        for worker in self.workers.values():
+            if worker.pid and self.region.heartbeat_age_s(worker.index) > timeout_s:
+                log.error("worker %d (pid %d) missed heartbeats for %.1f s: killing it",
+                          worker.index, worker.pid, timeout_s)
+                self._signal(worker.pid, signal.SIGKILL)
+
+    def _alive_pids(self) -> list[int]:
+        return [w.pid for w in self.workers.values() if w.pid]
+
+    def _kill_all(self, signum) -> None:
+        for pid in self._alive_pids():
+            self._signal(pid, signum)
+
+    @staticmethod
+    def _signal(pid: int, signum) -> None:
+        try:
+            os.kill(pid, signum)
+        except OSError as exc:
+            if exc.errno != errno.ESRCH:
+                raise
+
+    # systemd -----------------------------------------------------------------------------
+
+    def _notify_systemd(self) -> None:
+        live = [w for w in self.workers.values() if not w.failed]
+        serving = all(w.pid and self.control.channels.get(w.index) and
+                      self.control.channels[w.index].ready for w in live)
+        if serving and not self._ready_sent:
+            self._ready_sent = True
+            sd_notify.notify(f"READY=1\nSTATUS=serving {len(live)} worker(s) on "
+                             f"{self.config.listeners}")
+            log.info("appliance ready: %d worker(s) serving", len(live))
+        interval = sd_notify.watchdog_interval_s()
+        if interval and serving and time.monotonic() - self._last_watchdog >= interval:
+            self._last_watchdog = time.monotonic()
+            sd_notify.notify("WATCHDOG=1")
+
+    def _shutdown(self) -> None:
+        self._kill_all(signal.SIGKILL)
+        while self._alive_pids():
+            self._reap()
+            time.sleep(0.01)
+        for sock in self.sockets:
+            sock.close()
+        region = getattr(self, "region", None)
+        if region is not None:
+            region.unlink()

@@ -1,0 +1,82 @@
+"""A worker process's entry point after the supervisor's fork; returns its exit code.
+
+The child has reset its signal handlers to the defaults (the supervisor did that before calling
+here). This installs the worker's own: SIGTERM and SIGINT stop it gracefully. It waits for the
+catalog from the supervisor, opens and recovers its partitions, serves on the socket the
+supervisor bound, beats its heartbeat in the shared-memory region, and exits when told to stop
+or when the supervisor disappears (its control channel closes). Exit codes are named in
+`appliance.exit_codes`: a disk that cannot be read at start is DISK_FAILED, anything else
+that prevents starting is BOOT_ERROR.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import socket
+
+from appliance.config import BrokerConfig
+from appliance.control import ControlChannelError, ControllerClient
+from appliance.exit_codes import BOOT_ERROR, DISK_FAILED, OK
+from appliance.segments.errors import StorageError
+from appliance.shm.appliance_region import ApplianceRegion
+from appliance.workers.worker import Worker
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_INTERVAL_S = 1.0
+
+
+def worker_main(config: BrokerConfig, index: int, sock: socket.socket,
+                control_sock: socket.socket, region_name: str) -> int:
+    try:
+        region = ApplianceRegion.attach(region_name)
+        controller = ControllerClient(control_sock, defaults=config.log_defaults,
+                                      default_partitions=config.num_partitions)
+        controller.wait_for_catalog()
+        worker = Worker(config, index=index, controller=controller, region=region)
+    except ControlChannelError as exc:
+        log.error("worker %d: the supervisor went away during start-up: %s", index, exc)
+        return BOOT_ERROR
+    try:
+        worker.open_logs()
+    except (StorageError, OSError) as exc:
+        log.error("worker %d: cannot open the logs on %s: %s", index, worker.log_dir, exc)
+        return DISK_FAILED
+    return asyncio.run(_serve(worker, sock, controller, region))
+
+
+async def _serve(worker: Worker, sock, controller: ControllerClient, region) -> int:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+
+    def pump_control():
+        try:
+            controller.pump()
+        except ControlChannelError as exc:
+            log.error("worker %d: %s; stopping", worker.index, exc)
+            loop.remove_reader(controller.sock.fileno())
+            stop.set()
+
+    controller.sock.setblocking(False)
+    loop.add_reader(controller.sock.fileno(), pump_control)
+    await worker.serve(sock)
+    heartbeat = asyncio.ensure_future(_beat(region, worker.index))
+    region.worker_serving(worker.index)
+    controller.tell({"op": "ready"})
+    log.info("worker %d serving %d partition(s) on port %d (node %d)", worker.index,
+             len(worker.partitions), worker.bound_port, worker.node_id)
+    await stop.wait()
+    heartbeat.cancel()
+    region.worker_stopping(worker.index)
+    await worker.stop()
+    return OK
+
+
+async def _beat(region, index: int) -> None:
+    while True:
+        region.heartbeat(index)
+        await asyncio.sleep(HEARTBEAT_INTERVAL_S)

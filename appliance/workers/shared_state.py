@@ -1,0 +1,162 @@
+"""The worker's side of the shared-memory region: publishing what it owns, reading the rest.
+
+An owner publishes each partition's state (offsets, active segment, new sparse index entries,
+counters) after every append, roll and retention pass, so that any worker of the appliance can
+answer a Fetch for it: `RemoteLog` reads the published numbers from the region and sends
+whole batches straight from the owner's segment files (opened read-only), never past the
+published high watermark. Writes stay single-writer; reads fan out over CPU cores.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from appliance.segments.log import AttachPoint
+from appliance.segments.reader import PartitionReader
+from appliance.shm.partitions import FreeSlotError
+from appliance.shm.seqlock import TornEntryError
+
+log = logging.getLogger(__name__)
+
+
+class NotPublishedError(LookupError):
+    """The partition's owner has not opened it yet: a retriable condition for the client."""
+
+
+@dataclass
+class Publication:
+    """Where an owned partition publishes, and how much of its index ring is already out."""
+
+    slot: int
+    epoch: int
+    active_base: int = -1
+    index_count: int = 0
+
+
+class Publisher:
+    """Mirrors the logs of the owned partitions into their region slots."""
+
+    def __init__(self, region, worker_index: int):
+        self.region = region
+        self.worker_index = worker_index
+
+    def attach_point(self, topic: str, index: int) -> AttachPoint | None:
+        """What this worker's previous incarnation last published for the partition."""
+        slot = self.region.partitions.find(topic, index)
+        if slot is None:
+            return None
+        try:
+            view = self.region.partitions.read_partition(slot)
+        except (TornEntryError, FreeSlotError):
+            return None  # killed mid-publish: the engine recovers the tail the normal way
+        if view.owner != self.worker_index or not view.published:
+            return None
+        return AttachPoint(view.log_end_offset, view.active_segment_base_offset,
+                           view.active_segment_bytes)
+
+    def start(self, topic: str, index: int, partition_log) -> Publication | None:
+        """Claim the partition's slot and (re)write its whole entry."""
+        table = self.region.partitions
+        slot = table.find(topic, index)
+        if slot is None:
+            log.warning("%s-%d has no shared-memory slot: only its owner serves it", topic,
+                        index)
+            return None
+        epoch = table.slot_info(slot).epoch
+        snap = partition_log.snapshot()
+        entries = partition_log.active_index_entries()
+        table.rewrite_partition(slot, epoch, snap.log_start_offset, snap.high_watermark,
+                                snap.log_end_offset, snap.active_base_offset, snap.active_bytes,
+                                partition_log.size_bytes, entries)
+        return Publication(slot, epoch, snap.active_base_offset, len(entries))
+
+    def publish(self, publication: Publication | None, partition_log, records_in: int = 0,
+                bytes_in: int = 0) -> None:
+        """After a change: the new offsets and only the index entries not yet out."""
+        if publication is None:
+            return
+        snap = partition_log.snapshot()
+        first = publication.index_count
+        count = partition_log.active_index_count
+        if snap.active_base_offset != publication.active_base or count < first:
+            first = 0  # a roll or a truncation: the ring starts over
+        entries = partition_log.active_index_entries(first) if count > first else ()
+        try:
+            self.region.partitions.publish_partition(
+                publication.slot, publication.epoch, snap.log_start_offset,
+                snap.high_watermark, snap.log_end_offset, snap.active_base_offset,
+                snap.active_bytes, partition_log.size_bytes, entries, records_in, bytes_in)
+        except FreeSlotError:
+            return  # the topic was deleted meanwhile; the catalog broadcast follows
+        publication.active_base = snap.active_base_offset
+        publication.index_count = count
+
+
+class RemoteLog:
+    """A partition owned by another worker, with the read side of PartitionLog's interface."""
+
+    def __init__(self, region, slot: int, reader: PartitionReader, worker_index: int):
+        self.region = region
+        self.slot = slot
+        self.reader = reader
+        self.worker_index = worker_index
+        self.view = region.partitions.read_partition(slot)
+
+    @property
+    def high_watermark(self) -> int:
+        return self.view.high_watermark
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.view.log_start_offset
+
+    def read(self, offset: int, max_bytes: int):
+        view = self.view
+        if not view.published:
+            raise NotPublishedError(f"{view.topic}-{view.partition}: its owner has not "
+                                    f"published it yet")
+        hint = view.lookup(offset)
+        piece = self.reader.read(offset, max_bytes, log_start_offset=view.log_start_offset,
+                                 high_watermark=view.high_watermark,
+                                 active_base_offset=view.active_segment_base_offset,
+                                 active_bytes=view.active_segment_bytes,
+                                 hint=tuple(hint) if hint is not None else None)
+        if piece:
+            self.region.fetch_out.add_partition_out(self.slot, view.epoch, self.worker_index,
+                                                    piece.length, 0)
+        return piece
+
+
+class RemoteLogs:
+    """Read-only access to the partitions of the other workers of this appliance."""
+
+    def __init__(self, region, log_dirs, worker_index: int):
+        self.region = region
+        self.log_dirs = log_dirs
+        self.worker_index = worker_index
+        self._readers: dict[tuple[str, int, int], PartitionReader] = {}
+
+    def get(self, topic: str, index: int) -> RemoteLog | None:
+        slot = self.region.partitions.find(topic, index)
+        if slot is None:
+            return None
+        try:
+            view_owner = self.region.partitions.slot_info(slot).owner
+            key = (topic, index, view_owner)
+            reader = self._readers.get(key)
+            if reader is None:
+                directory = self.log_dirs[view_owner] / f"{topic}-{index}"
+                reader = self._readers[key] = PartitionReader(str(directory))
+            return RemoteLog(self.region, slot, reader, self.worker_index)
+        except (TornEntryError, FreeSlotError):
+            return None
+
+    def forget(self, topic: str) -> None:
+        for key in [k for k in self._readers if k[0] == topic]:
+            self._readers.pop(key).close()
+
+    def close(self) -> None:
+        for reader in self._readers.values():
+            reader.close()
+        self._readers.clear()
