@@ -87,6 +87,7 @@ class ControllerClient:
         self._reader = MessageReader()
         self._topics: dict[str, TopicInfo] = {}
         self._listeners: list[Callable[[str, TopicInfo | None], None]] = []
+        self._reload_listeners: list[Callable[[dict], None]] = []
         self._replies: list[dict] = []
         self._next_id = 0
 
@@ -94,6 +95,10 @@ class ControllerClient:
 
     def add_listener(self, listener) -> None:
         self._listeners.append(listener)
+
+    def add_reload_listener(self, listener: Callable[[dict], None]) -> None:
+        """`listener(settings)` runs when the supervisor reloaded its config (SIGHUP)."""
+        self._reload_listeners.append(listener)
 
     def topics(self) -> list[TopicInfo]:
         return list(self._topics.values())
@@ -182,6 +187,11 @@ class ControllerClient:
             self._topics[info.name] = info
             for listener in self._listeners:
                 listener(info.name, info)
+        elif op == "reload":
+            self.defaults = type(self.defaults).from_kafka(message["log_defaults"])
+            self.default_partitions = message["num_partitions"]
+            for listener in self._reload_listeners:
+                listener(message)
         elif op == "topic_deleted":
             self._topics.pop(message["name"], None)
             for listener in self._listeners:

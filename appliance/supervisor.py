@@ -131,8 +131,12 @@ class Supervisor:
 
     def _wait_for_events(self) -> None:
         channels = self.control.by_fileno()
+        timeout = LOOP_TICK_S
+        pending = [w.next_start_at for w in self.workers.values() if not w.pid and not w.failed]
+        if pending and not self._stopping:
+            timeout = min(timeout, max(0.0, min(pending) - time.monotonic()))
         try:
-            readable, _, _ = select.select([self._wake_r, *channels], [], [], LOOP_TICK_S)
+            readable, _, _ = select.select([self._wake_r, *channels], [], [], timeout)
         except InterruptedError:
             return
         for fd in readable:

@@ -72,7 +72,8 @@ def bench_produce_kcat(appliance: Appliance, topic: str, messages: int, workdir:
     return messages / elapsed, messages * 200 / MB / elapsed
 
 
-def bench_produce_raw(appliance: Appliance, topic: str, messages: int, in_flight: int = 8):
+def bench_produce_raw(appliance: Appliance, topic: str, messages: int, in_flight: int = 8,
+                      partitions: tuple[int, ...] = (0, 1)):
     """Pipelined Produce v8 of pre-built batches: what the broker can take in."""
     per_batch = 4900  # 200-byte values: just under max.message.bytes (1 MiB)
     batches = [build_batch([(int(time.time() * 1000), None, b"x" * 200, [])] * per_batch)
@@ -84,7 +85,8 @@ def bench_produce_raw(appliance: Appliance, topic: str, messages: int, in_flight
     start = time.perf_counter()
     while answered < total:
         while sent < total and sent - answered < in_flight:
-            data = produce.PartitionProduceData(index=sent % 2, records=batches[sent % 2])
+            data = produce.PartitionProduceData(index=partitions[sent % len(partitions)],
+                                                records=batches[sent % 2])
             request = produce.Request(transactional_id=None, acks=1, timeout_ms=5000, topic_data=[
                 produce.TopicProduceData(name=topic, partition_data=[data])])
             sock.sendall(codec.send_request(produce.SPEC.key, 8, request)[1])

@@ -11,6 +11,7 @@ and time-based flushes.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import socket
 import time
@@ -134,6 +135,17 @@ class Worker:
         for info in self.controller.topics():
             self.partitions.open_topic(info, now_ms=now_ms)
         self.controller.add_listener(self._on_topic_change)
+        if hasattr(self.controller, "add_reload_listener"):
+            self.controller.add_reload_listener(self._on_reload)
+
+    def _on_reload(self, settings: dict) -> None:
+        """Apply what a SIGHUP reloaded: defaults for new decisions, the retention period."""
+        self.config = dataclasses.replace(
+            self.config, log_defaults=self.controller.defaults,
+            num_partitions=settings["num_partitions"],
+            log_retention_check_interval_ms=settings["log_retention_check_interval_ms"])
+        self.partitions.defaults = self.controller.defaults
+        log.info("worker %d reloaded its settings", self.index)
 
     def _on_topic_change(self, name, info) -> None:
         if info is None:
@@ -181,9 +193,8 @@ class Worker:
     # background duties -------------------------------------------------------------------
 
     async def _retention_loop(self) -> None:
-        interval_s = self.config.log_retention_check_interval_ms / 1000
-        while True:
-            await asyncio.sleep(interval_s)
+        while True:  # the interval is read each time: SIGHUP may change it
+            await asyncio.sleep(self.config.log_retention_check_interval_ms / 1000)
             self.apply_retention()
 
     def apply_retention(self) -> None:

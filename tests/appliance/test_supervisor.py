@@ -265,3 +265,59 @@ def test_klog_status_reads_the_live_appliance_without_the_network(two_workers):
     two_workers.stop()
     stopped = klog("status", "--config", str(two_workers.config), "--interval", "0")
     assert stopped.returncode == 1 and "Traceback" not in stopped.stderr
+
+
+def test_sighup_reloads_defaults_for_new_topics(appliance_factory):
+    appliance = appliance_factory(log_dirs=2, settings={"num.partitions": "2"})
+    text = appliance.config.read_text().replace("num.partitions=2", "num.partitions=5")
+    appliance.config.write_text(text)
+    appliance.process.send_signal(signal.SIGHUP)
+    deadline = time.monotonic() + 10
+    while "reloaded configuration" not in appliance.log_text() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    client = RawClient(appliance.port)
+    answer = client.call(metadata, 8, topics=[metadata.MetadataRequestTopic(name="after-hup")],
+                         allow_auto_topic_creation=True)
+    client.close()
+    assert len(answer.topics[0].partitions) == 5
+    assert appliance.process.poll() is None
+
+
+def test_a_worker_whose_heartbeat_stops_is_killed_and_restarted(appliance_factory):
+    appliance = appliance_factory(log_dirs=2, settings={"worker.heartbeat.timeout.ms": "1500"})
+    stuck = appliance.pids()[1]
+    os.kill(stuck, signal.SIGSTOP)
+    deadline = time.monotonic() + 15
+    while appliance.pids()[1] in (0, stuck) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert appliance.pids()[1] not in (0, stuck)
+    assert "missed heartbeats" in appliance.log_text()
+    deadline = time.monotonic() + 10
+    while not all(appliance._accepts(p) for p in appliance.ports()):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+
+def test_a_failed_disk_takes_only_its_worker_offline(appliance_factory):
+    appliance = appliance_factory(log_dirs=2, settings={"num.partitions": "2"})
+    create_topic(appliance.bootstrap, "halfway", 2)
+    disk = appliance.log_dirs[1]
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(disk)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a read-only tmpfs to fail a disk: {mounted.stderr.strip()}")
+    try:
+        os.kill(appliance.pids()[1], signal.SIGKILL)
+        deadline = time.monotonic() + 15
+        while "stays offline" not in appliance.log_text() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert "disk /" in appliance.log_text() and "stays offline" in appliance.log_text()
+        client = RawClient(appliance.port)
+        answer = client.call(metadata, 8, topics=[metadata.MetadataRequestTopic(name="halfway")])
+        client.close()
+        assert [b.node_id for b in answer.brokers] == [0]
+        leaders = sorted(p.leader_id for p in answer.topics[0].partitions)
+        assert leaders == [-1, 0], "the failed disk's partition has no leader; the other serves"
+        assert appliance.process.poll() is None
+    finally:
+        subprocess.run(["umount", str(disk)], capture_output=True)
