@@ -22,17 +22,19 @@ def add_arguments(parser) -> None:
     parser.add_argument("--once", action="store_true", help="stop after showing the round trip")
 
 
-def _wait_listening(process, timeout_s=20.0) -> None:
+def _wait_listening(process, ports=(9092, 9093), timeout_s=20.0) -> None:
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    waiting = list(ports)
+    while waiting and time.monotonic() < deadline:
         if process.poll() is not None:
             raise SystemExit(f"the appliance exited with status {process.returncode}")
         try:
-            socket.create_connection(("127.0.0.1", 9092), timeout=0.2).close()
-            return
+            socket.create_connection(("127.0.0.1", waiting[0]), timeout=0.2).close()
+            waiting.pop(0)
         except OSError:
             time.sleep(0.1)
-    raise SystemExit("the appliance did not start listening on 127.0.0.1:9092")
+    if waiting:
+        raise SystemExit(f"the appliance did not start listening on {waiting}")
 
 
 def _kcat(*args, stdin=None) -> str:
@@ -58,6 +60,10 @@ def run(args) -> int:
                         "-f", "partition %p offset %o key %k value %s\n")
             console.print(out.rstrip())
             console.print(_kcat("-L", "-t", "demo").rstrip())
+        status = subprocess.run([sys.executable, "-m", "cli.main", "status", "--config",
+                                 args.config, "--interval", "0.5"], capture_output=True,
+                                text=True)
+        print(status.stdout.rstrip() or status.stderr.rstrip(), flush=True)
         if args.once:
             return 0
         console.print(f"[bold]serving on {BOOTSTRAP}; Ctrl-C stops")
