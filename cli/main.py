@@ -13,6 +13,8 @@ COMMANDS = {
     "status": ("cli.status", "show a running appliance (read from its shared memory)"),
     "topics": ("cli.topics", "create, list, describe and delete topics"),
     "dump-log": ("cli.dump_log", "print the batches (and records) of a segment file"),
+    "produce": ("cli.produce", "send stdin lines to a topic, one message per line"),
+    "consume": ("cli.consume", "print a topic's messages (kcat-style --format)"),
 }
 
 

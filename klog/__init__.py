@@ -1,1 +1,68 @@
-"""klog: a Kafka-compatible log broker and its Python client library."""
+"""klog: a Kafka-compatible log broker, and this package, its Python client library.
+
+Example::
+
+    import klog
+
+    with klog.Producer(bootstrap_servers="127.0.0.1:9092") as producer:
+        producer.send("clicks", b"hello", key=b"user-1").result(timeout=10)
+
+    consumer = klog.Consumer(bootstrap_servers="127.0.0.1:9092", auto_offset_reset="earliest")
+    partitions = consumer.partitions_for_topic("clicks")
+    consumer.assign([klog.TopicPartition("clicks", p) for p in partitions])
+    for record in consumer:
+        print(record.topic, record.partition, record.offset, record.value)
+
+The asyncio flavour, with the same API over the same protocol state, is `klog.aio`.
+"""
+
+from klog.admin import Admin, PartitionInfo, TopicDescription
+from klog.consumer import Consumer
+from klog.errors import (
+    BrokerUnavailableError,
+    ClosedError,
+    ErrorCode,
+    KafkaError,
+    KafkaTimeoutError,
+    KlogError,
+    MessageSizeTooLargeError,
+    NoOffsetForPartitionError,
+    NotLeaderOrFollowerError,
+    OffsetOutOfRangeError,
+    OutOfOrderSequenceNumberError,
+    RequestTimedOutError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+    UnsupportedVersionError,
+)
+from klog.producer import FutureRecordMetadata, FutureRecordMetadataList, Producer
+from klog.types import ConsumerRecord, OffsetAndTimestamp, RecordMetadata, TopicPartition
+
+__all__ = [
+    "Admin",
+    "BrokerUnavailableError",
+    "ClosedError",
+    "Consumer",
+    "ConsumerRecord",
+    "ErrorCode",
+    "FutureRecordMetadata",
+    "FutureRecordMetadataList",
+    "KafkaError",
+    "KafkaTimeoutError",
+    "KlogError",
+    "MessageSizeTooLargeError",
+    "NoOffsetForPartitionError",
+    "NotLeaderOrFollowerError",
+    "OffsetAndTimestamp",
+    "OffsetOutOfRangeError",
+    "OutOfOrderSequenceNumberError",
+    "PartitionInfo",
+    "Producer",
+    "RecordMetadata",
+    "RequestTimedOutError",
+    "TopicAlreadyExistsError",
+    "TopicDescription",
+    "TopicPartition",
+    "UnknownTopicOrPartitionError",
+    "UnsupportedVersionError",
+]

@@ -1,12 +1,38 @@
 """The client's exceptions: one hierarchy over Kafka's error codes, retriable or not.
 
-Messages name the topic, partition and broker where those are known, so a failure in a log
-says whose it was.
+``KlogError`` is the root. ``KafkaError`` is a broker's answer (``.code``, an ``ErrorCode``;
+``.retriable`` from Kafka's own classification); the codes a program commonly catches have
+their own subclass (``OffsetOutOfRangeError``, ``NotLeaderOrFollowerError``, ...) and
+:func:`error_for` picks the most specific class for a code. The other errors are the client's
+own: a broker that cannot be reached, a wait that timed out, a closed client, a partition
+with no offset to start from. Messages name the topic, partition and broker where those are
+known, so a failure in a log says whose it was.
 """
 
 from __future__ import annotations
 
 from klog.protocol.errors import ErrorCode
+
+__all__ = [
+    "BrokerUnavailableError",
+    "ClosedError",
+    "ErrorCode",
+    "KafkaError",
+    "KafkaTimeoutError",
+    "KlogError",
+    "MessageSizeTooLargeError",
+    "NoOffsetForPartitionError",
+    "NotLeaderOrFollowerError",
+    "OffsetOutOfRangeError",
+    "OutOfOrderSequenceNumberError",
+    "RequestTimedOutError",
+    "TopicAlreadyExistsError",
+    "UnknownTopicOrPartitionError",
+    "UnsupportedVersionError",
+    "WouldBlockError",
+    "error_for",
+    "raise_for",
+]
 
 
 class KlogError(Exception):
@@ -16,9 +42,27 @@ class KlogError(Exception):
 
 
 class BrokerUnavailableError(KlogError):
-    """No connection could be made to a broker, or it closed the connection."""
+    """No connection could be made to a broker, or it closed the connection. Retriable: the
+    producer retries it by itself, and a consumer reconnects on its next poll."""
 
     retriable = True
+
+
+class KafkaTimeoutError(KlogError, TimeoutError):
+    """A wait ran out: ``max_block_ms`` in send (no metadata, or the buffer stayed full),
+    ``delivery_timeout_ms`` for a record, or the timeout given to ``result``/``flush``."""
+
+
+class WouldBlockError(KlogError):
+    """A ``*_nowait`` call could not complete without waiting (trio's WouldBlock)."""
+
+
+class ClosedError(KlogError):
+    """The producer or consumer was closed (by this program: the caller's fault)."""
+
+
+class NoOffsetForPartitionError(KlogError):
+    """A partition has no valid position and ``auto_offset_reset="none"`` forbids choosing one."""
 
 
 class KafkaError(KlogError):
@@ -46,7 +90,59 @@ class KafkaError(KlogError):
         return self.code.retriable
 
 
+class OffsetOutOfRangeError(KafkaError):
+    """The fetch position is outside [log start, high watermark]."""
+
+
+class UnknownTopicOrPartitionError(KafkaError):
+    """The topic or partition does not exist (retriable: it may be being created)."""
+
+
+class NotLeaderOrFollowerError(KafkaError):
+    """The broker does not hold the partition (any more): metadata is stale."""
+
+
+class MessageSizeTooLargeError(KafkaError):
+    """A record or batch is larger than the producer's ``max_request_size`` or the broker's
+    ``max.message.bytes``."""
+
+
+class TopicAlreadyExistsError(KafkaError):
+    """CreateTopics for a name that exists."""
+
+
+class OutOfOrderSequenceNumberError(KafkaError):
+    """The broker saw a gap in an idempotent producer's sequence numbers."""
+
+
+class RequestTimedOutError(KafkaError):
+    """The broker could not complete the request within its timeout."""
+
+
+class UnsupportedVersionError(KafkaError):
+    """The broker does not serve a version of an API we need."""
+
+
+_BY_CODE: dict[ErrorCode, type[KafkaError]] = {
+    ErrorCode.OFFSET_OUT_OF_RANGE: OffsetOutOfRangeError,
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: UnknownTopicOrPartitionError,
+    ErrorCode.NOT_LEADER_OR_FOLLOWER: NotLeaderOrFollowerError,
+    ErrorCode.MESSAGE_TOO_LARGE: MessageSizeTooLargeError,
+    ErrorCode.RECORD_LIST_TOO_LARGE: MessageSizeTooLargeError,
+    ErrorCode.TOPIC_ALREADY_EXISTS: TopicAlreadyExistsError,
+    ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER: OutOfOrderSequenceNumberError,
+    ErrorCode.REQUEST_TIMED_OUT: RequestTimedOutError,
+    ErrorCode.UNSUPPORTED_VERSION: UnsupportedVersionError,
+}
+
+
+def error_for(code: ErrorCode | int, message: str | None = None, **where) -> KafkaError:
+    """The most specific KafkaError for ``code``, naming ``topic``/``partition``/``broker``."""
+    code = ErrorCode(code)
+    return _BY_CODE.get(code, KafkaError)(code, message, **where)
+
+
 def raise_for(code: int, message: str | None = None, **where) -> None:
-    """Raise `KafkaError` unless `code` is NONE."""
+    """Raise :func:`error_for` ``(code, ...)`` unless ``code`` is NONE."""
     if code != ErrorCode.NONE:
-        raise KafkaError(code, message, **where)
+        raise error_for(code, message, **where)

@@ -1,24 +1,41 @@
-"""The client's one socket module: a blocking connection to one broker.
+"""The blocking client's one socket module: connections to brokers, and a selector over them.
 
 All protocol state (correlation ids, the in-flight queue, framing limits) lives in the sans-IO
-`ClientConnection`; this module only moves its bytes over a socket. Version negotiation is
-done once per connection with ApiVersions, as every Kafka client does.
+`ClientConnection`; this module only moves its bytes. :class:`BrokerConnection` negotiates
+API versions once (ApiVersions, as every Kafka client does) and then either answers one
+request at a time (:meth:`~BrokerConnection.request`, for Admin) or pipelines them
+(:meth:`~BrokerConnection.send` + :meth:`~BrokerConnection.read_responses`). :class:`Network`
+multiplexes the connections of one producer or consumer with a selector: it sends the
+:class:`~klog.outgoing.Outgoing` requests of a protocol object and returns ``(outgoing,
+answer)`` events, where the answer is the response body or the exception that lost it (a
+closed connection, a refused connect, ``request_timeout_ms`` without an answer).
 """
 
 from __future__ import annotations
 
 import contextlib
+import selectors
 import socket
+import time
+from collections import deque
+from collections.abc import Callable
 
-from klog.errors import BrokerUnavailableError, raise_for
-from klog.protocol.apis import API_BY_KEY, api_versions
+from klog.config import parse_bootstrap
+from klog.errors import BrokerUnavailableError, KlogError
+from klog.outgoing import Outgoing, choose_versions, version_of
+from klog.protocol.apis import api_versions
 from klog.protocol.client import NEED_DATA, ClientConnection
+from klog.protocol.exceptions import ProtocolError
+
+__all__ = ["BrokerConnection", "Network", "connect_any", "parse_bootstrap"]
 
 RECV_BYTES = 1 << 20
+MAX_FRAME_BYTES = 256 * 1024 * 1024  # a Fetch can carry fetch_max_bytes (50 MiB by default)
 
 
 class BrokerConnection:
-    """A blocking request/response connection; not thread-safe."""
+    """A connection to one broker; not thread-safe. Raises BrokerUnavailableError when the
+    broker cannot be reached or the connection breaks (it is closed then)."""
 
     def __init__(self, host: str, port: int, *, client_id: str = "klog",
                  timeout_s: float = 30.0):
@@ -28,70 +45,72 @@ class BrokerConnection:
         except OSError as exc:
             raise BrokerUnavailableError(f"cannot connect to {self.address}: {exc}") from None
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.codec = ClientConnection(client_id=client_id)
+        self.codec = ClientConnection(client_id=client_id, max_frame_bytes=MAX_FRAME_BYTES)
+        self.closed = False
         self.versions = self._negotiate()
 
     def _negotiate(self) -> dict[int, int]:
-        """The highest version of each API that both we and the broker speak."""
         answer = self.request(api_versions.SPEC.key, 0, api_versions.Request())
-        raise_for(answer.error_code, broker=self.address)
-        theirs = {a.api_key: (a.min_version, a.max_version) for a in answer.api_keys}
-        chosen = {}
-        for key, spec in API_BY_KEY.items():
-            if key not in theirs:
-                continue
-            low = max(spec.served[0], theirs[key][0])
-            high = min(spec.served[1], theirs[key][1])
-            if low <= high:
-                chosen[key] = high
-        return chosen
+        return choose_versions(answer, self.address)
 
     def version_of(self, api_key: int) -> int:
-        try:
-            return self.versions[api_key]
-        except KeyError:
-            name = API_BY_KEY[api_key].name if api_key in API_BY_KEY else str(api_key)
-            raise BrokerUnavailableError(
-                f"{self.address} does not serve {name} in a version we speak") from None
+        return version_of(self.versions, api_key, self.address)
 
     def request(self, api_key: int, version: int, body):
         """Send one request and wait for its response body."""
-        correlation_id, data = self.codec.send_request(api_key, version, body)
-        try:
-            self.sock.sendall(data)
-            while True:
-                event = self.codec.next_response()
-                if event is not NEED_DATA:
-                    return event[1]
-                chunk = self.sock.recv(RECV_BYTES)
-                if not chunk:
-                    raise BrokerUnavailableError(f"{self.address} closed the connection")
-                self.codec.receive_data(chunk)
-        except OSError as exc:
-            self.close()
-            raise BrokerUnavailableError(f"{self.address}: {exc}") from None
+        self._write(self.codec.send_request(api_key, version, body)[1])
+        while True:
+            responses = self.read_responses()
+            if responses:
+                return responses[0][1]
 
     def call(self, module, **fields):
         """Build `module.Request(**fields)` at the negotiated version and return the answer."""
         return self.request(module.SPEC.key, self.version_of(module.SPEC.key),
                             module.Request(**fields))
 
+    def send(self, module, body, *, expect_response: bool = True) -> int:
+        """Write one request at the negotiated version; returns its correlation id."""
+        correlation_id, data = self.codec.send_request(
+            module.SPEC.key, self.version_of(module.SPEC.key), body,
+            expect_response=expect_response)
+        self._write(data)
+        return correlation_id
+
+    def _write(self, data: bytes) -> None:
+        try:
+            self.sock.sendall(data)
+        except OSError as exc:
+            self.close()
+            raise BrokerUnavailableError(f"{self.address}: {exc}") from None
+
+    def read_responses(self) -> list[tuple[int, object]]:
+        """Receive once (blocking up to the socket timeout) and return the whole responses."""
+        try:
+            chunk = self.sock.recv(RECV_BYTES)
+        except OSError as exc:
+            self.close()
+            raise BrokerUnavailableError(f"{self.address}: {exc}") from None
+        if not chunk:
+            self.close()
+            raise BrokerUnavailableError(f"{self.address} closed the connection")
+        self.codec.receive_data(chunk)
+        responses = []
+        try:
+            while (event := self.codec.next_response()) is not NEED_DATA:
+                responses.append(event)
+        except ProtocolError as exc:
+            self.close()
+            raise BrokerUnavailableError(f"{self.address} sent a bad response: {exc}") from None
+        return responses
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
     def close(self) -> None:
+        self.closed = True
         with contextlib.suppress(OSError):
             self.sock.close()
-
-
-def parse_bootstrap(servers: str) -> list[tuple[str, int]]:
-    """'host:port[,host:port]' into pairs, with a clear error for anything else."""
-    pairs = []
-    for item in servers.split(","):
-        host, _, port = item.strip().rpartition(":")
-        if not host or not port.isdigit():
-            raise ValueError(f"bootstrap server {item!r} is not host:port")
-        pairs.append((host.strip("[]"), int(port)))
-    if not pairs:
-        raise ValueError("no bootstrap server given")
-    return pairs
 
 
 def connect_any(servers: str, **kwargs) -> BrokerConnection:
@@ -103,3 +122,133 @@ def connect_any(servers: str, **kwargs) -> BrokerConnection:
         except BrokerUnavailableError as exc:
             errors.append(str(exc))
     raise BrokerUnavailableError("; ".join(errors))
+
+
+Event = tuple[Outgoing, object]  # (request, response body | KlogError)
+
+
+class Network:
+    """The connections of one client, keyed by node id (``None``: any broker). Used by one
+    thread at a time; :meth:`wakeup` is the only method other threads may call."""
+
+    def __init__(self, bootstrap_servers: str, *, client_id: str, request_timeout_ms: int,
+                 address_of: Callable[[int], tuple[str, int] | None]):
+        self._bootstrap = bootstrap_servers
+        self._client_id = client_id
+        self._timeout_s = request_timeout_ms / 1000
+        self._address_of = address_of
+        self._connections: dict[tuple[int | None, str], BrokerConnection] = {}
+        self._pending: dict[BrokerConnection, deque[tuple[int, Outgoing, float]]] = {}
+        self._events: list[Event] = []
+        self._selector = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
+        self._woken = False
+
+    def in_flight(self) -> int:
+        return sum(len(p) for p in self._pending.values())
+
+    def _connection(self, node: int | None, channel: str = "") -> BrokerConnection:
+        conn = self._connections.get((node, channel))
+        if conn is not None and not conn.closed:
+            return conn
+        if node is None:
+            conn = next((c for (_, ch), c in self._connections.items()
+                         if not c.closed and ch == ""), None)
+            if conn is None:
+                conn = connect_any(self._bootstrap, client_id=self._client_id,
+                                   timeout_s=self._timeout_s)
+        else:
+            address = self._address_of(node)
+            if address is None:
+                raise BrokerUnavailableError(f"node {node} is not in the metadata")
+            conn = BrokerConnection(*address, client_id=self._client_id,
+                                    timeout_s=self._timeout_s)
+        self._connections[(node, channel)] = conn
+        if conn not in self._pending:
+            self._pending[conn] = deque()
+            self._selector.register(conn.sock, selectors.EVENT_READ, conn)
+        return conn
+
+    def send(self, request: Outgoing) -> None:
+        """Send now; a failure (or an acks=0 completion) shows up in the next poll."""
+        try:
+            conn = self._connection(request.node, request.channel)
+            correlation_id = conn.send(request.api, request.build_body(),
+                                       expect_response=request.expect_response)
+        except KlogError as exc:
+            self._drop_closed()
+            self._events.append((request, exc))
+            return
+        if request.expect_response:
+            self._pending[conn].append((correlation_id, request,
+                                        time.monotonic() + self._timeout_s))
+        else:
+            self._events.append((request, None))
+
+    def poll(self, timeout_s: float) -> list[Event]:
+        """Wait up to ``timeout_s`` for answers (or a wakeup); return what happened."""
+        if not self._events:
+            for key, _ in self._selector.select(max(timeout_s, 0)):
+                conn = key.data
+                if conn is None:
+                    self._drain_wakeups()
+                elif not conn.closed:
+                    self._receive(conn)
+        self._expire(time.monotonic())
+        events, self._events = self._events, []
+        return events
+
+    def _receive(self, conn: BrokerConnection) -> None:
+        pending = self._pending[conn]
+        try:
+            for correlation_id, body in conn.read_responses():
+                expected, request, _ = pending.popleft()
+                assert expected == correlation_id, (expected, correlation_id)
+                self._events.append((request, body))
+        except BrokerUnavailableError as exc:
+            self._fail_connection(conn, exc)
+
+    def _fail_connection(self, conn: BrokerConnection, error: KlogError) -> None:
+        conn.close()
+        for _, request, _ in self._pending.pop(conn, ()):
+            self._events.append((request, error))
+        with contextlib.suppress(KeyError, ValueError):
+            self._selector.unregister(conn.sock)
+        for key, known in list(self._connections.items()):
+            if known is conn:
+                del self._connections[key]
+
+    def _drop_closed(self) -> None:
+        for conn in [c for c in self._pending if c.closed]:
+            self._fail_connection(conn, BrokerUnavailableError(f"{conn.address} closed"))
+
+    def _expire(self, now: float) -> None:
+        for conn, pending in list(self._pending.items()):
+            if pending and pending[0][2] <= now:
+                self._fail_connection(conn, BrokerUnavailableError(
+                    f"{conn.address} did not answer within {self._timeout_s:g} s "
+                    "(request_timeout_ms)"))
+
+    def wakeup(self) -> None:
+        """Make a blocked :meth:`poll` return (thread-safe, cheap when already woken)."""
+        if not self._woken:
+            self._woken = True
+            with contextlib.suppress(OSError):
+                self._wake_w.send(b"\0")
+
+    def _drain_wakeups(self) -> None:
+        self._woken = False
+        with contextlib.suppress(OSError):
+            while self._wake_r.recv(4096):
+                pass
+
+    def close(self) -> None:
+        for conn in list(self._pending):
+            self._fail_connection(conn, BrokerUnavailableError("the client was closed"))
+        self._events.clear()
+        self._selector.close()
+        self._wake_r.close()
+        self._wake_w.close()

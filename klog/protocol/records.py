@@ -302,7 +302,8 @@ def control_type(record: Record) -> int:
 
 
 def _records_of(
-    buf, pos: int, header: BatchHeader, max_decompressed_bytes: int | None
+    buf, pos: int, header: BatchHeader, max_decompressed_bytes: int | None,
+    record_type: type = Record,
 ) -> list[Record]:
     """Decode the records of the (already checked) batch at ``pos``."""
     start = pos + HEADER_BYTES
@@ -329,7 +330,7 @@ def _records_of(
     base_offset = header.base_offset
     base_ts = header.base_timestamp
     try:
-        records = decode_records(data, start, end, count, base_offset, base_ts)
+        records = decode_records(data, start, end, count, base_offset, base_ts, record_type)
     except CorruptBatchError as exc:
         raise CorruptBatchError(
             f"batch at byte {pos} (offset {header.base_offset}): {exc}", position=pos
@@ -337,7 +338,7 @@ def _records_of(
     if header.attributes & TIMESTAMP_TYPE_BIT:
         new = tuple.__new__
         max_ts = header.max_timestamp
-        records = [new(Record, (r[0], max_ts, r[2], r[3], r[4])) for r in records]
+        records = [new(record_type, (r[0], max_ts, r[2], r[3], r[4])) for r in records]
     return records
 
 
@@ -369,12 +370,15 @@ def decode_batches(
     verify_crc: bool = True,
     skip_control: bool = False,
     max_decompressed_bytes: int | None = None,
+    record_type: type = Record,
 ) -> Iterator[tuple[BatchHeader, list[Record]]]:
     """Yield ``(header, records)`` for the consecutive batches of ``buf`` (e.g. Fetch records).
 
     A partial batch at the end (brokers cut Fetch responses at a byte limit) ends the iteration
     silently. A control batch (``header.is_control``) is yielded unless ``skip_control``.
     ``buf`` is any bytes-like object; bytes avoids one copy per uncompressed batch.
+    ``record_type`` (Record or a subclass with the same fields) is what the records are built
+    as, so a client's own record class costs no conversion.
     Raises CorruptBatchError at the first whole batch that fails a check.
     """
     end = len(buf)
@@ -386,7 +390,7 @@ def decode_batches(
             return
         header = _checked_header(buf, pos, end - pos, verify_crc)
         if not (skip_control and header.attributes & CONTROL_BIT):
-            yield header, _records_of(buf, pos, header, max_decompressed_bytes)
+            yield header, _records_of(buf, pos, header, max_decompressed_bytes, record_type)
         pos += header.size
 
 

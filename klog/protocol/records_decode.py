@@ -48,15 +48,18 @@ def read_varint(buf, pos: int, end: int, what: str) -> tuple[int, int]:
             raise CorruptBatchError(f"{what}: varint longer than 10 bytes", position=pos)
 
 
-def decode_records(data: bytes, start: int, end: int, count: int, base_offset: int, base_ts: int):
+def decode_records(data: bytes, start: int, end: int, count: int, base_offset: int, base_ts: int,
+                   record_type: type = Record):
     """Decode ``count`` records from ``data[start:end]`` (bytes, whose slices are the values).
 
+    ``record_type`` is Record or a subclass (tuple layout unchanged), built directly, so a
+    caller that wants its own record class pays no per-record conversion.
     Raises CorruptBatchError (positions relative to ``data``) for malformed records.
     """
     try:
-        return _decode_fast(data, start, end, count, base_offset, base_ts)
+        return _decode_fast(data, start, end, count, base_offset, base_ts, _record=record_type)
     except (IndexError, ValueError, TypeError):
-        return _decode_checked(data, start, end, count, base_offset, base_ts)
+        return _decode_checked(data, start, end, count, base_offset, base_ts, record_type)
 
 
 class _SlowPath(ValueError):
@@ -199,7 +202,8 @@ def _read_nullable(buf, pos: int, end: int, what: str) -> tuple[bytes | None, in
     return bytes(buf[pos : pos + n]), pos + n
 
 
-def _decode_checked(buf, pos: int, end: int, count: int, base_offset: int, base_ts: int):
+def _decode_checked(buf, pos: int, end: int, count: int, base_offset: int, base_ts: int,
+                    record_type: type = Record):
     """The slow, fully checked decoder: same result as the fast one, or a precise error."""
     records = []
     for index in range(count):
@@ -223,7 +227,7 @@ def _decode_checked(buf, pos: int, end: int, count: int, base_offset: int, base_
                 position=start,
             )
         records.append(
-            Record(base_offset + offset_delta, base_ts + timestamp_delta, key, value, headers)
+            record_type(base_offset + offset_delta, base_ts + timestamp_delta, key, value, headers)
         )
     if pos != end:
         raise CorruptBatchError(

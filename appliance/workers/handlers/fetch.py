@@ -86,13 +86,13 @@ def handle(worker, request):
 
 
 async def _long_poll(worker, body, deadline_ms):
+    """Wait for appends. Each pass reads again before it registers its waiter, in the same
+    step (no await between them), so an append that lands after `handle` returned, but
+    before this coroutine first ran, is never missed."""
     keys = [(t.topic, p.partition) for t in body.topics for p in t.partitions]
     while True:
-        remaining_ms = deadline_ms - worker.now_ms()
-        if remaining_ms <= 0:
-            break
-        woken = await worker.waiters.wait(keys, remaining_ms / 1000)
         response, total, errored = build(worker, body)
-        if not woken or errored or total >= body.min_bytes:
+        remaining_ms = deadline_ms - worker.now_ms()
+        if errored or total >= max(body.min_bytes, 1) or remaining_ms <= 0:
             return response
-    return build(worker, body)[0]
+        await worker.waiters.wait(keys, remaining_ms / 1000)

@@ -56,8 +56,10 @@ def handle(worker, request):
                     error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name, partitions=[]))
             else:
                 topics.append(_topic(worker, info))
+    # The workers of one appliance share a rack: klog's client reads from any of them.
+    rack = f"klog-appliance-{worker.config.broker_id}"
     brokers = [metadata.MetadataResponseBroker(node_id=n.node_id, host=n.host, port=n.port,
-                                               rack=None) for n in worker.nodes()]
+                                               rack=rack) for n in worker.nodes()]
     return metadata.Response(
         throttle_time_ms=0, brokers=brokers, cluster_id=worker.cluster_id,
         controller_id=worker.controller_node_id, topics=topics,

@@ -1,0 +1,125 @@
+"""`klog consume`: print a topic's messages (Kafka's kafka-console-consumer, kcat -C).
+
+Reads every partition (or ``--partition``) from the end, ``--from-beginning``, or
+``--offset N``, and prints each message with ``--format``, kcat's notation:
+``%t`` topic, ``%p`` partition, ``%o`` offset, ``%k`` key, ``%s`` value, ``%T`` timestamp
+(ms), ``%h`` headers (``k=v,k2=v2``), ``%K``/``%S`` key/value size, ``%%``; escapes ``\\n``
+``\\t`` ``\\r`` ``\\\\``. The default is ``%s\\n``. Keys and values are written as raw bytes.
+It runs until interrupted, ``--max-messages`` were printed, or (``--exit``) the end of every
+partition as it was at start-up is reached.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+
+from klog.consumer import Consumer
+from klog.errors import KlogError
+from klog.types import TopicPartition
+
+_TOKENS = re.compile(r"%[tpokshTKS%]|\\[ntr\\]|[^%\\]+|[%\\]")
+_ESCAPES = {"\\n": b"\n", "\\t": b"\t", "\\r": b"\r", "\\\\": b"\\"}
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--bootstrap-server", "-b", default="127.0.0.1:9092",
+                        help="host:port[,host:port] of the appliance")
+    parser.add_argument("--topic", "-t", required=True)
+    parser.add_argument("--partition", "-p", type=int, help="only this partition")
+    start = parser.add_mutually_exclusive_group()
+    start.add_argument("--from-beginning", action="store_true",
+                       help="start at the earliest offset (default: only new messages)")
+    start.add_argument("--offset", "-o", type=int, metavar="N",
+                       help="start at offset N of every chosen partition")
+    parser.add_argument("--format", "-f", default=r"%s\n", help="kcat-style output format")
+    parser.add_argument("--max-messages", "-c", type=int, metavar="N",
+                        help="exit after N messages")
+    parser.add_argument("--exit", "-e", action="store_true",
+                        help="exit at the end of the partitions (as they were at start-up)")
+    parser.add_argument("--group", help="consumer group (not implemented yet)")
+
+
+def compile_format(fmt: str):
+    """``fmt`` into a function record -> bytes."""
+    parts = []
+    for token in _TOKENS.findall(fmt):
+        if token in _ESCAPES:
+            parts.append(_ESCAPES[token])
+        elif len(token) == 2 and token[0] == "%":
+            parts.append(_FIELDS[token[1]])
+        else:
+            parts.append(token.encode())
+
+    def render(record) -> bytes:
+        return b"".join(p if isinstance(p, bytes) else p(record) for p in parts)
+
+    return render
+
+
+def _headers(record) -> bytes:
+    return b",".join(k.encode() + b"=" + (v or b"") for k, v in record.headers)
+
+
+_FIELDS = {
+    "t": lambda r: r.topic.encode(),
+    "p": lambda r: str(r.partition).encode(),
+    "o": lambda r: str(r.offset).encode(),
+    "k": lambda r: r.key or b"",
+    "s": lambda r: r.value or b"",
+    "T": lambda r: str(r.timestamp).encode(),
+    "h": _headers,
+    "K": lambda r: str(-1 if r.key is None else len(r.key)).encode(),
+    "S": lambda r: str(-1 if r.value is None else len(r.value)).encode(),
+    "%": lambda r: b"%",
+}
+
+
+def run(args) -> int:
+    if args.group:
+        print("klog: consumer groups are not implemented yet (issue 6); drop --group",
+              file=sys.stderr)
+        return 2
+    render = compile_format(args.format)
+    out = sys.stdout.buffer
+    try:
+        with Consumer(bootstrap_servers=args.bootstrap_server,
+                      auto_offset_reset="earliest" if args.from_beginning else "latest",
+                      request_timeout_ms=10_000) as consumer:
+            chosen = _assign(consumer, args)
+            ends = consumer.end_offsets(chosen) if args.exit else None
+            if args.max_messages == 0 or ends is not None and _done(consumer, ends):
+                return 0
+            for printed, record in enumerate(consumer, 1):
+                out.write(render(record))
+                if args.max_messages is not None and printed >= args.max_messages:
+                    break
+                if ends is not None and record.offset + 1 >= ends.get(record.topic_partition, 0) \
+                        and _done(consumer, ends):
+                    break
+            out.flush()
+    except (KlogError, ValueError) as exc:
+        print(f"klog: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _assign(consumer, args) -> list[TopicPartition]:
+    partitions = consumer.partitions_for_topic(args.topic)
+    if args.partition is not None:
+        if args.partition not in partitions:
+            raise ValueError(f"topic {args.topic!r} has no partition {args.partition} "
+                             f"(it has {len(partitions)})")
+        partitions = {args.partition}
+    chosen = [TopicPartition(args.topic, p) for p in sorted(partitions)]
+    consumer.assign(chosen)
+    if args.offset is not None:
+        if args.offset < 0:
+            raise ValueError("--offset must be >= 0")
+        for tp in chosen:
+            consumer.seek(tp, args.offset)
+    return chosen
+
+
+def _done(consumer, ends) -> bool:
+    return all(consumer.position(tp) >= end for tp, end in ends.items())

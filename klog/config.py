@@ -1,0 +1,201 @@
+"""Client configuration: one frozen dataclass per client, Kafka's key names in snake_case.
+
+``linger.ms`` is ``linger_ms``, ``compression.type`` is ``compression_type``, and so on, so a
+Kafka user's habits carry over. :func:`build` turns a constructor's keyword options into a
+config: an unknown option is a ``TypeError`` naming it (with the nearest known name), a bad
+value a ``ValueError`` naming the option. Values are normalized on the way in (``acks="all"``
+becomes -1; ``compression_type=None`` becomes ``"none"``; a list of bootstrap servers becomes
+one comma-separated string). Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from typing import Any
+
+__all__ = ["ConsumerConfig", "ProducerConfig", "build", "parse_bootstrap"]
+
+CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+ACKS = {"all": -1, "-1": -1, "0": 0, "1": 1}
+OFFSET_RESETS = ("earliest", "latest", "none")
+ISOLATION_LEVELS = {"read_uncommitted": 0, "read_committed": 1}
+INT32_MAX = 2**31 - 1
+
+
+def parse_bootstrap(servers: str) -> list[tuple[str, int]]:
+    """'host:port[,host:port]' into pairs, with a clear error for anything else."""
+    pairs = []
+    for item in servers.split(","):
+        host, _, port = item.strip().rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"bootstrap server {item.strip()!r} is not host:port")
+        pairs.append((host.strip("[]"), int(port)))
+    return pairs
+
+
+def _check(condition: bool, name: str, value: Any, expected: str) -> None:
+    if not condition:
+        raise ValueError(f"{name}={value!r}: expected {expected}")
+
+
+def _int_at_least(config: Any, name: str, low: int, high: int = INT32_MAX) -> None:
+    value = getattr(config, name)
+    _check(type(value) is int and low <= value <= high, name, value,
+           f"an integer in [{low}, {high}]")
+
+
+def _callable_or_none(config: Any, name: str) -> None:
+    value = getattr(config, name)
+    _check(value is None or callable(value), name, value, "a callable or None")
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Common:
+    bootstrap_servers: str
+    client_id: str
+    request_timeout_ms: int = 30_000
+    retry_backoff_ms: int = 100
+    metadata_max_age_ms: int = 300_000
+
+    def _validate_common(self) -> None:
+        _check(isinstance(self.bootstrap_servers, str) and self.bootstrap_servers != "",
+               "bootstrap_servers", self.bootstrap_servers, "'host:port[,host:port]'")
+        try:
+            parse_bootstrap(self.bootstrap_servers)
+        except ValueError as exc:
+            raise ValueError(f"bootstrap_servers: {exc}") from None
+        _check(isinstance(self.client_id, str), "client_id", self.client_id, "a string")
+        for name in ("request_timeout_ms", "retry_backoff_ms", "metadata_max_age_ms"):
+            _int_at_least(self, name, 1 if name == "request_timeout_ms" else 0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProducerConfig(_Common):
+    """Options of `klog.Producer` (Kafka's producer configs; defaults are the Java client's)."""
+
+    client_id: str = "klog-producer"
+    acks: int = -1  # 0, 1, or -1 ("all")
+    compression_type: str = "none"  # none, gzip, snappy, lz4, zstd
+    linger_ms: int = 5
+    batch_size: int = 16_384
+    enable_idempotence: bool = True
+    retries: int = INT32_MAX
+    buffer_memory: int = 32 * 1024 * 1024
+    max_block_ms: int = 60_000
+    delivery_timeout_ms: int = 120_000
+    max_in_flight_requests_per_connection: int = 5
+    max_request_size: int = 1_048_576
+    key_serializer: Callable[[Any], bytes] | None = None
+    value_serializer: Callable[[Any], bytes] | None = None
+
+    def __post_init__(self) -> None:
+        self._validate_common()
+        _check(self.acks in (-1, 0, 1), "acks", self.acks, "0, 1, -1 or 'all'")
+        _check(self.compression_type in CODECS, "compression_type", self.compression_type,
+               "one of " + ", ".join(CODECS))
+        _int_at_least(self, "buffer_memory", 1, 2**63 - 1)  # a long in Kafka
+        for name, low in (("linger_ms", 0), ("batch_size", 1), ("retries", 0),
+                          ("max_block_ms", 0),
+                          ("delivery_timeout_ms", 1),
+                          ("max_in_flight_requests_per_connection", 1),
+                          ("max_request_size", 1)):
+            _int_at_least(self, name, low)
+        _check(isinstance(self.enable_idempotence, bool), "enable_idempotence",
+               self.enable_idempotence, "True or False")
+        if self.enable_idempotence:
+            _check(self.acks == -1, "acks", self.acks, "'all' when enable_idempotence=True")
+            _check(self.retries > 0, "retries", self.retries,
+                   "> 0 when enable_idempotence=True")
+            _check(self.max_in_flight_requests_per_connection <= 5,
+                   "max_in_flight_requests_per_connection",
+                   self.max_in_flight_requests_per_connection,
+                   "at most 5 when enable_idempotence=True")
+        _callable_or_none(self, "key_serializer")
+        _callable_or_none(self, "value_serializer")
+
+    @property
+    def codec(self) -> int:
+        return CODECS[self.compression_type]
+
+    @classmethod
+    def normalize(cls, options: dict[str, Any]) -> dict[str, Any]:
+        """Kafka's spellings into ours; idempotence off when other options rule it out and
+        it was not asked for explicitly (the Java client's rule)."""
+        if "acks" in options and isinstance(options["acks"], str):
+            options["acks"] = ACKS.get(options["acks"].lower(), options["acks"])
+        if "compression_type" in options:
+            codec = options["compression_type"]
+            options["compression_type"] = "none" if codec is None else str(codec).lower()
+        if "enable_idempotence" not in options:
+            options["enable_idempotence"] = (
+                options.get("acks", -1) == -1 and options.get("retries", 1) != 0
+                and options.get("max_in_flight_requests_per_connection", 5) <= 5)
+        return options
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConsumerConfig(_Common):
+    """Options of `klog.Consumer` (Kafka's consumer configs). ``group_id`` is accepted for the
+    group protocol to come; an assign()-only consumer ignores it."""
+
+    client_id: str = "klog-consumer"
+    group_id: str | None = None
+    auto_offset_reset: str = "latest"  # earliest, latest, none
+    fetch_min_bytes: int = 1
+    fetch_max_wait_ms: int = 500
+    fetch_max_bytes: int = 52_428_800
+    max_partition_fetch_bytes: int = 1_048_576
+    isolation_level: str = "read_uncommitted"
+    max_poll_records: int = 500
+    check_crcs: bool = True
+    consumer_timeout_ms: int | None = None  # iteration ends after this long idle; None: never
+    key_deserializer: Callable[[bytes], Any] | None = None
+    value_deserializer: Callable[[bytes], Any] | None = None
+
+    def __post_init__(self) -> None:
+        self._validate_common()
+        _check(self.group_id is None or isinstance(self.group_id, str), "group_id",
+               self.group_id, "a string or None")
+        _check(self.auto_offset_reset in OFFSET_RESETS, "auto_offset_reset",
+               self.auto_offset_reset, "one of " + ", ".join(OFFSET_RESETS))
+        _check(self.isolation_level in ISOLATION_LEVELS, "isolation_level",
+               self.isolation_level, "read_uncommitted or read_committed")
+        for name, low in (("fetch_min_bytes", 0), ("fetch_max_wait_ms", 0),
+                          ("fetch_max_bytes", 1), ("max_partition_fetch_bytes", 1),
+                          ("max_poll_records", 1)):
+            _int_at_least(self, name, low)
+        _check(isinstance(self.check_crcs, bool), "check_crcs", self.check_crcs, "True/False")
+        _check(self.consumer_timeout_ms is None
+               or (type(self.consumer_timeout_ms) is int and self.consumer_timeout_ms >= 0),
+               "consumer_timeout_ms", self.consumer_timeout_ms, "None or an integer >= 0")
+        _callable_or_none(self, "key_deserializer")
+        _callable_or_none(self, "value_deserializer")
+
+    @property
+    def isolation(self) -> int:
+        return ISOLATION_LEVELS[self.isolation_level]
+
+    @classmethod
+    def normalize(cls, options: dict[str, Any]) -> dict[str, Any]:
+        for name in ("auto_offset_reset", "isolation_level"):
+            if isinstance(options.get(name), str):
+                options[name] = options[name].lower()
+        return options
+
+
+def build(cls: Any, owner: str, options: dict[str, Any]) -> Any:
+    """``cls(**options)`` for ``owner`` ("Producer", ...), with errors that name the option."""
+    known = {f.name for f in fields(cls)}
+    for name in options:
+        if name not in known:
+            near = difflib.get_close_matches(name, sorted(known), n=1)
+            hint = f"; did you mean {near[0]!r}?" if near else ""
+            raise TypeError(f"{owner} got an unknown option {name!r}{hint}")
+    if "bootstrap_servers" not in options:
+        raise TypeError(f"{owner} needs bootstrap_servers='host:port[,host:port]'")
+    servers = options["bootstrap_servers"]
+    if isinstance(servers, (list, tuple)):
+        options["bootstrap_servers"] = ",".join(str(s) for s in servers)
+    return cls(**cls.normalize(dict(options)))

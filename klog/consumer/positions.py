@@ -1,0 +1,103 @@
+"""Which partitions a consumer reads and where it stands in each. Pure.
+
+Per assigned partition, two offsets (Kafka's SubscriptionState):
+
+- ``position``: the offset of the next record the application will be given;
+- ``fetch_offset``: the next offset to fetch. It runs ahead of ``position`` while fetched
+  records wait in the consumer's buffer, which is what lets the next fetch be in flight while
+  the application works through the previous one.
+
+A partition without a position has a *reset* pending: ``EARLIEST``, ``LATEST`` or a timestamp,
+resolved with ListOffsets; ``auto_offset_reset="none"`` leaves it without one, and poll raises
+NoOffsetForPartitionError. ``generation`` counts seeks and reassignments, so answers to
+requests sent before one are recognized as stale and dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from klog.types import TopicPartition
+
+EARLIEST, LATEST = -2, -1
+RESETS = {"earliest": EARLIEST, "latest": LATEST, "none": None}
+
+
+class PartitionState:
+    __slots__ = ("position", "fetch_offset", "reset", "high_watermark", "log_start_offset",
+                 "paused", "fetching", "buffered", "generation")
+
+    def __init__(self, reset: int | None):
+        self.position: int | None = None
+        self.fetch_offset: int | None = None
+        self.reset = reset
+        self.high_watermark = -1
+        self.log_start_offset = -1
+        self.paused = False
+        self.fetching = False  # a Fetch for this partition is in flight
+        self.buffered = 0  # completed fetches waiting in the consumer
+        self.generation = 0
+
+    @property
+    def fetchable(self) -> bool:
+        return (self.fetch_offset is not None and not self.paused and not self.fetching
+                and self.buffered <= 1)
+
+
+class Assignment:
+    def __init__(self, default_reset: int | None):
+        self.default_reset = default_reset
+        self.states: dict[TopicPartition, PartitionState] = {}
+        self.generation = 0
+
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        """Replace the assignment; kept partitions keep their positions."""
+        wanted = [TopicPartition(*tp) for tp in partitions]
+        self.generation += 1
+        self.states = {tp: self.states.get(tp) or PartitionState(self.default_reset)
+                       for tp in wanted}
+
+    def state(self, tp: TopicPartition) -> PartitionState:
+        state = self.states.get(tp)
+        if state is None:
+            raise ValueError(f"{tp.topic}[{tp.partition}] is not assigned to this consumer")
+        return state
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        if type(offset) is not int or offset < 0:
+            raise ValueError(f"seek offset must be an integer >= 0, not {offset!r}")
+        state = self.state(tp)
+        self._moved(state)
+        state.position = state.fetch_offset = offset
+        state.reset = None
+
+    def request_reset(self, tp: TopicPartition, reset: int | None) -> None:
+        """Forget the position: it will be looked up (EARLIEST, LATEST or a timestamp)."""
+        state = self.state(tp)
+        self._moved(state)
+        state.position = state.fetch_offset = None
+        state.reset = reset
+
+    def _moved(self, state: PartitionState) -> None:
+        self.generation += 1
+        state.generation += 1
+        state.buffered = 0
+        state.fetching = False  # an answer to the fetch in flight will be dropped as stale
+
+    def resolved(self, tp: TopicPartition, offset: int) -> None:
+        """A reset's answer arrived."""
+        state = self.states.get(tp)
+        if state is not None and state.position is None:
+            state.position = state.fetch_offset = offset
+            state.reset = None
+
+    def needing_reset(self) -> list[tuple[TopicPartition, int]]:
+        return [(tp, s.reset) for tp, s in self.states.items()
+                if s.position is None and s.reset is not None]
+
+    def without_position(self) -> list[TopicPartition]:
+        """Partitions with neither a position nor a way to get one (reset "none")."""
+        return [tp for tp, s in self.states.items() if s.position is None and s.reset is None]
+
+    def topics(self) -> set[str]:
+        return {tp.topic for tp in self.states}

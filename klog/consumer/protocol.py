@@ -1,0 +1,131 @@
+"""The consumer's protocol state machine: positions in, Fetch and ListOffsets requests out,
+answers in, records out. Sans-IO: no sockets, no threads, no clock (``now_ms`` is passed).
+
+Both I/O flavours drive the same object: :meth:`poll` returns the requests to send now
+(Metadata, ListOffsets for resets and lookups, at most one live Fetch per node),
+:meth:`on_response` / :meth:`on_failure` take the answers, :meth:`take_chunk` /
+:meth:`take_records` hand out records (decoding on demand), and :meth:`raise_pending` raises
+an error an answer left for the application. It composes the pieces: `Assignment`
+(positions), `Lookups` (ListOffsets), `Fetcher` (the data path), `ClusterMetadata`.
+
+Group membership (subscribe, commits) will sit beside this object and drive ``assign`` and
+``seek``; nothing here assumes an assign()-only consumer beyond the absence of that code.
+"""
+
+from __future__ import annotations
+
+from klog.config import ConsumerConfig
+from klog.consumer.fetcher import Fetcher
+from klog.consumer.offsets import Lookups, OffsetLookup
+from klog.consumer.positions import EARLIEST, LATEST, RESETS, Assignment
+from klog.errors import KlogError, NoOffsetForPartitionError
+from klog.metadata import NO_LEADER, ClusterMetadata
+from klog.outgoing import Outgoing
+from klog.protocol.apis import list_offsets, metadata
+from klog.types import ConsumerRecord, TopicPartition
+
+__all__ = ["EARLIEST", "LATEST", "ConsumerProtocol"]
+
+IDLE_POLL_MS = 1000
+
+
+class ConsumerProtocol:
+    def __init__(self, config: ConsumerConfig):
+        self.config = config
+        self.cluster = ClusterMetadata(max_age_ms=config.metadata_max_age_ms,
+                                       retry_backoff_ms=config.retry_backoff_ms)
+        self.assignment = Assignment(RESETS[config.auto_offset_reset])
+        self._errors: list[KlogError] = []
+        self._backoff: dict[int, int] = {}  # node -> left alone until (ms)
+        self._lookups = Lookups(self.cluster, self.assignment, config.isolation, self._errors)
+        self._fetcher = Fetcher(config, self.cluster, self.assignment, self._errors,
+                                self._backoff)
+
+    # the application's side ---------------------------------------------------------------
+
+    def assign(self, partitions) -> None:
+        self.assignment.assign(partitions)
+        self._fetcher.drop_unassigned()
+        self.cluster.want(self.assignment.topics())
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        self.assignment.seek(tp, offset)
+
+    def reset(self, tps, where: int) -> None:
+        """Look the position up again: EARLIEST, LATEST (seek_to_beginning/end)."""
+        for tp in tps:
+            self.assignment.request_reset(TopicPartition(*tp), where)
+
+    def position(self, tp: TopicPartition) -> int | None:
+        """The position, or None while it is being looked up (raises for reset "none")."""
+        state = self.assignment.state(tp)
+        if state.position is None and state.reset is None:
+            raise NoOffsetForPartitionError(
+                f"{tp.topic}[{tp.partition}] has no position and auto_offset_reset='none'")
+        return state.position
+
+    def lookup(self, wanted: dict[TopicPartition, int]) -> OffsetLookup:
+        """Start a ListOffsets lookup; poll() sends it; ``lookup.done`` when answered."""
+        return self._lookups.add(wanted)
+
+    def raise_pending(self) -> None:
+        """Raise the first error an answer left for the application, or the lack of a
+        position where auto_offset_reset="none" forbids looking one up."""
+        if self._errors:
+            raise self._errors.pop(0)
+        missing = self.assignment.without_position()
+        if missing:
+            raise NoOffsetForPartitionError(
+                "no position for " + ", ".join(f"{t}[{p}]" for t, p in missing) +
+                " and auto_offset_reset='none': seek() first")
+
+    def take_chunk(self) -> tuple[TopicPartition, list[ConsumerRecord]] | None:
+        """The records of the oldest buffered fetch; see `Fetcher.take_chunk`."""
+        return self._fetcher.take_chunk()
+
+    def take_records(self, max_records: int) -> dict[TopicPartition, list[ConsumerRecord]]:
+        """Up to ``max_records`` records grouped by partition; see `Fetcher.take_records`."""
+        return self._fetcher.take_records(max_records)
+
+    # the I/O side -------------------------------------------------------------------------
+
+    def poll(self, now_ms: int) -> list[Outgoing]:
+        out: list[Outgoing] = []
+        due = self.cluster.refresh_due_ms(now_ms)
+        if due is not None and due <= now_ms and self.cluster.wanted:
+            out.append(Outgoing(None, metadata, self.cluster.build_request(now_ms)))
+        self._lookups.start_resets()
+        out.extend(self._lookups.requests(now_ms, self._node_ready))
+        out.extend(self._fetcher.requests(now_ms, self._node_ready))
+        return out
+
+    def next_poll_ms(self, now_ms: int) -> int:
+        candidates = [now_ms + IDLE_POLL_MS]
+        due = self.cluster.refresh_due_ms(now_ms)
+        if due is not None and self.cluster.wanted:
+            candidates.append(due)
+        candidates.extend(t for t in self._backoff.values() if t > now_ms)
+        return max(now_ms, min(candidates))
+
+    def _node_ready(self, node: int, now_ms: int) -> bool:
+        return node != NO_LEADER and self._backoff.get(node, 0) <= now_ms
+
+    def on_response(self, request: Outgoing, response, now_ms: int) -> None:
+        if request.api is metadata:
+            self.cluster.update(response, now_ms)
+        elif request.api is list_offsets:
+            self._lookups.on_response(request, response)
+        else:
+            self._fetcher.on_response(request, response, now_ms)
+
+    def on_failure(self, request: Outgoing, error: KlogError, now_ms: int) -> None:
+        """The request was lost (connection closed, timed out, could not connect)."""
+        if request.node is not None:
+            self._backoff[request.node] = now_ms + self.config.retry_backoff_ms
+        self.cluster.mark_stale()
+        if request.api is metadata:
+            self.cluster.failed(now_ms, str(error))
+        elif request.api is list_offsets:
+            self._lookups.on_failure(request)
+        else:
+            self._fetcher.on_failure(request)

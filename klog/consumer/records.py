@@ -1,0 +1,76 @@
+"""Fetched bytes into ConsumerRecords: the consumer's per-record hot path.
+
+A :class:`CompletedFetch` is one partition's record bytes from one Fetch answer, kept
+undecoded until the application asks for records, so the next fetch can be sent first.
+Where the next fetch starts is read from the batch headers alone (:func:`next_fetch_offset`),
+without decoding a record. :func:`decode` turns the bytes into ConsumerRecords: the codec
+builds them directly as the partition's ConsumerRecord class (see `klog.types`; no
+per-record conversion), control batches are skipped, records before the fetch position (a
+batch fetched from its middle) dropped.
+"""
+
+from __future__ import annotations
+
+from itertools import repeat
+
+from klog.protocol.record_batch import TIMESTAMP_TYPE_BIT, scan_batches
+from klog.protocol.records import decode_batches
+from klog.types import ConsumerRecord, TopicPartition
+
+_new = tuple.__new__
+
+
+class CompletedFetch:
+    __slots__ = ("tp", "fetch_offset", "data", "next_offset", "generation")
+
+    def __init__(self, tp: TopicPartition, fetch_offset: int, data: bytes, next_offset: int,
+                 generation: int):
+        self.tp = tp
+        self.fetch_offset = fetch_offset
+        self.data = data
+        self.next_offset = next_offset
+        self.generation = generation
+
+
+def next_fetch_offset(data) -> int | None:
+    """The offset after the last whole batch in ``data`` (None: no whole batch)."""
+    last = None
+    for _, header in scan_batches(data, verify_crc=False):
+        last = header
+    return None if last is None else last.base_offset + last.last_offset_delta + 1
+
+
+def decode(fetch: CompletedFetch, *, check_crcs: bool = True,
+           key_deserializer=None, value_deserializer=None) -> list[ConsumerRecord]:
+    """The records of ``fetch`` at or after its fetch offset. Raises CorruptBatchError."""
+    return _decode(fetch, check_crcs, key_deserializer, value_deserializer)
+
+
+def _decode(fetch: CompletedFetch, check_crcs: bool, key_deserializer, value_deserializer):
+    topic, partition = fetch.tp
+    position = fetch.fetch_offset
+    out: list[ConsumerRecord] = []
+    create_time = ConsumerRecord.class_for(topic, partition, 0)
+    for header, records in decode_batches(fetch.data, verify_crc=check_crcs, skip_control=True,
+                                          record_type=create_time):
+        if header.attributes & TIMESTAMP_TYPE_BIT:  # rare: LogAppendTime topics
+            cls = ConsumerRecord.class_for(topic, partition, 1)
+            records = list(map(_new, repeat(cls, len(records)), records))
+        if header.base_offset < position:
+            records = [r for r in records if r.offset >= position]
+        if out:
+            out.extend(records)
+        else:
+            out = records
+    if key_deserializer is not None or value_deserializer is not None:
+        out = [_deserialized(r, key_deserializer, value_deserializer) for r in out]
+    return out
+
+
+def _deserialized(record: ConsumerRecord, key_deserializer, value_deserializer):
+    key, value = record.key, record.value
+    if key_deserializer is not None and key is not None:
+        key = key_deserializer(key)
+    if value_deserializer is not None and value is not None:
+        value = value_deserializer(value)
+    return _new(type(record), (record.offset, record.timestamp, key, value, record.headers))

@@ -1,0 +1,63 @@
+"""What a client's protocol object asks its I/O layer to send, and nothing more.
+
+The producer's and consumer's state machines return :class:`Outgoing` requests from their
+``poll(now_ms)``; the I/O layer (blocking or asyncio) sends each to its node at the version
+the connection negotiated, and hands the answer back with ``on_response(outgoing, body,
+now_ms)`` or a lost request with ``on_failure(outgoing, error, now_ms)``. ``node=None`` means
+"any broker" (bootstrap, or any connected one). ``channel`` names a separate connection to
+the same node: a broker answers a connection's requests in order, so a long-polling Fetch
+would hold up a ListOffsets queued behind it; fetches travel on their own channel.
+:func:`choose_versions` is the version negotiation both I/O flavours run once per connection.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from klog.errors import raise_for
+from klog.protocol.apis import API_BY_KEY
+
+ANY_NODE = None
+
+
+@dataclass(slots=True, eq=False)
+class Outgoing:
+    node: int | None
+    api: ModuleType  # a klog.protocol.apis module: api.SPEC.key, api.Request
+    body: Any  # the request body, or a function returning it (built outside any lock)
+    context: Any = None  # whatever the protocol object needs to handle the answer
+    expect_response: bool = True
+    channel: str = ""  # "": the node's main connection; "fetch": the long-poll one
+
+    def build_body(self) -> Any:
+        body = self.body
+        return body() if isinstance(body, Callable) else body  # type: ignore[arg-type]
+
+
+def choose_versions(answer: Any, broker: str) -> dict[int, int]:
+    """From an ApiVersions answer: the highest version of each API both sides speak."""
+    raise_for(answer.error_code, broker=broker)
+    theirs = {a.api_key: (a.min_version, a.max_version) for a in answer.api_keys}
+    chosen = {}
+    for key, spec in API_BY_KEY.items():
+        if key in theirs:
+            low = max(spec.served[0], theirs[key][0])
+            high = min(spec.served[1], theirs[key][1])
+            if low <= high:
+                chosen[key] = high
+    return chosen
+
+
+def version_of(versions: dict[int, int], api_key: int, broker: str) -> int:
+    """The negotiated version of ``api_key``; BrokerUnavailableError if there is none."""
+    from klog.errors import BrokerUnavailableError
+
+    try:
+        return versions[api_key]
+    except KeyError:
+        name = API_BY_KEY[api_key].name if api_key in API_BY_KEY else str(api_key)
+        raise BrokerUnavailableError(
+            f"{broker} does not serve {name} in a version we speak") from None

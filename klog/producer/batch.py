@@ -1,0 +1,108 @@
+"""A producer batch: the records of one partition that travel, succeed or fail together.
+
+The user thread appends ``(timestamp_ms, key, value, headers)`` tuples (``send``), or whole
+*segments* ``(timestamp_ms, key, values, headers)`` that share everything but the value
+(``send_batch``: no tuple per record until encoding, when they are short-lived). The sender
+stamps the idempotent producer's id, epoch and base sequence and encodes the whole batch at
+once with the codec's ``build_batch`` (one tight loop over the records, not a call each).
+The encoded bytes are kept, so a retry resends exactly the same bytes: the broker recognizes
+a duplicate by (producer id, epoch, base sequence, count).
+
+``future`` is the I/O flavour's future (``concurrent.futures.Future`` or an asyncio one), made
+by the factory the flavour hands the accumulator; this package never calls it. It resolves to
+``(base_offset, log_append_time_ms, log_start_offset)`` or to an exception.
+"""
+
+from __future__ import annotations
+
+from itertools import repeat
+from typing import Any
+
+from klog.protocol.records import build_batch
+
+
+class ProducerBatch:
+    __slots__ = ("topic", "partition", "records", "size", "created_ms", "deadline_ms",
+                 "future", "attempts", "producer_id", "producer_epoch", "base_sequence",
+                 "data", "retry_at_ms", "done", "sealed", "segments", "segment_count")
+
+    def __init__(self, topic: str, partition: int, created_ms: int, deadline_ms: int,
+                 future: Any):
+        self.topic = topic
+        self.partition = partition
+        self.records: list[tuple] = []
+        self.segments: list[tuple] | None = None  # send_batch values, after the records
+        self.segment_count = 0
+        self.size = 0  # estimated bytes, for batch_size and buffer_memory
+        self.created_ms = created_ms
+        self.deadline_ms = deadline_ms  # delivery timeout
+        self.future = future
+        self.attempts = 0
+        self.producer_id = -1
+        self.producer_epoch = -1
+        self.base_sequence = -1  # -1: not stamped yet
+        self.data: bytes | None = None
+        self.retry_at_ms = 0
+        self.done = False
+        self.sealed = False  # no more records: queued for the sender
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return self.topic, self.partition
+
+    @property
+    def count(self) -> int:
+        return len(self.records) + self.segment_count
+
+    def add_segment(self, timestamp_ms: int, key, values, headers) -> int:
+        """Append values sharing the rest; returns the index of the first."""
+        first = len(self.records) + self.segment_count
+        if self.segments is None:
+            self.segments = []
+        self.segments.append((timestamp_ms, key, values, headers))
+        self.segment_count += len(values)
+        return first
+
+    def materialize(self) -> None:
+        """Turn the segments into record tuples (when send() adds to a batch that has them,
+        so that the order of appends is the order of offsets)."""
+        if self.segments:
+            self.records = self._all_records()
+        self.segments = None
+        self.segment_count = 0
+
+    def _all_records(self) -> list[tuple]:
+        if not self.segments:
+            return self.records
+        records = list(self.records)
+        extend = records.extend
+        for timestamp_ms, key, values, headers in self.segments:
+            extend(zip(repeat(timestamp_ms), repeat(key), values, repeat(headers)))
+        return records  # short-lived when encoding: the garbage collector never sees them
+
+    def stamp(self, producer_id: int, producer_epoch: int, base_sequence: int) -> None:
+        """Give the batch its idempotent identity; once, before the first encoding."""
+        self.producer_id, self.producer_epoch = producer_id, producer_epoch
+        self.base_sequence = base_sequence
+
+    def encode(self, codec: int) -> bytes:
+        """The batch's bytes (encoded on the first call, the same bytes on a retry)."""
+        if self.data is None:
+            self.data = build_batch(self._all_records(), codec=codec, producer_id=self.producer_id,
+                                    producer_epoch=self.producer_epoch,
+                                    base_sequence=self.base_sequence)
+        return self.data
+
+    def timestamp_of(self, index: int) -> int:
+        if index < len(self.records):
+            return self.records[index][0]
+        index -= len(self.records)
+        for timestamp_ms, _, values, _ in self.segments or ():
+            if index < len(values):
+                return timestamp_ms
+            index -= len(values)
+        raise IndexError(f"no record {index} in {self!r}")
+
+    def __repr__(self) -> str:
+        return (f"ProducerBatch({self.topic}[{self.partition}], {self.count} records, "
+                f"seq {self.base_sequence}, attempt {self.attempts})")

@@ -1,0 +1,76 @@
+"""Which sealed batches go out now, and the Produce requests that carry them. Pure.
+
+Kafka's rules: one Produce per node with at most one batch per partition (a v2 broker takes
+exactly one batch per partition per request), no more than ``max_in_flight`` requests per
+node, a request no larger than ``max_request_size`` (one oversized batch still goes alone),
+nothing for a node or batch still in its retry backoff, and the ordering rules of
+`Sequences.can_send` (a retry goes alone; five batches per partition at most). Batches are
+stamped when drained and encoded when the request body is built, which the I/O layer does
+outside any lock.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from klog.config import ProducerConfig
+from klog.metadata import NO_LEADER, ClusterMetadata
+from klog.outgoing import Outgoing
+from klog.producer.accumulator import Accumulator
+from klog.producer.batch import ProducerBatch
+from klog.producer.sequences import Sequences
+from klog.protocol.apis import produce
+
+
+def drain(accumulator: Accumulator, cluster: ClusterMetadata, sequences: Sequences,
+          in_flight: Counter, backoff: dict[int, int], config: ProducerConfig,
+          now_ms: int) -> list[Outgoing]:
+    """Take what may be sent now; ``in_flight`` (requests per node) is updated."""
+    requests = []
+    limit = config.max_in_flight_requests_per_connection
+    while True:
+        by_node: dict[int, list[ProducerBatch]] = {}
+        sizes: Counter[int] = Counter()
+        for key, queue in accumulator.queues.items():
+            if not queue:
+                continue
+            batch = queue[0]
+            node = cluster.leader_of(*key)
+            if node == NO_LEADER:
+                cluster.want((key[0],))
+                cluster.mark_stale()
+                continue
+            if (batch.retry_at_ms > now_ms or backoff.get(node, 0) > now_ms
+                    or node not in by_node and in_flight[node] >= limit
+                    or not sequences.can_send(batch)
+                    or sizes[node] + batch.size > config.max_request_size and sizes[node]):
+                continue
+            accumulator.pop(key)
+            sequences.sent(batch)
+            by_node.setdefault(node, []).append(batch)
+            sizes[node] += batch.size
+        if not by_node:
+            return requests
+        for node, batches in by_node.items():
+            request = produce_request(node, batches, config)
+            requests.append(request)
+            if request.expect_response:
+                in_flight[node] += 1
+
+
+def produce_request(node: int, batches: list[ProducerBatch], config: ProducerConfig
+                    ) -> Outgoing:
+    """The Produce for ``batches``; its body (which encodes them) is built on demand."""
+    codec = config.codec
+
+    def body():
+        topics: dict[str, list] = {}
+        for batch in batches:
+            topics.setdefault(batch.topic, []).append(produce.PartitionProduceData(
+                index=batch.partition, records=batch.encode(codec)))
+        return produce.Request(
+            transactional_id=None, acks=config.acks, timeout_ms=config.request_timeout_ms,
+            topic_data=[produce.TopicProduceData(name=name, partition_data=parts)
+                        for name, parts in topics.items()])
+
+    return Outgoing(node, produce, body, context=batches, expect_response=config.acks != 0)

@@ -1,0 +1,316 @@
+"""The producer's protocol state machine: records in, Produce requests out, answers in,
+completed batches out. Sans-IO: no sockets, no threads, no clock (``now_ms`` is an argument).
+
+Both I/O flavours drive the same object:
+
+- the user's side: :meth:`partition_count` (None: metadata is needed first),
+  :meth:`append` / :meth:`append_many`, :attr:`memory_full`, :meth:`begin_flush`;
+- the sender's side: :meth:`poll` returns the requests to send now (Metadata, InitProducerId,
+  and the Produce requests of `klog.producer.drain`), :meth:`on_response` /
+  :meth:`on_failure` take the answers, :meth:`take_completed` hands out finished batches as
+  ``(batch, value or exception)`` for the I/O layer to resolve their futures, and
+  :meth:`next_poll_ms` says when poll has work again if nothing arrives.
+
+Retries follow Kafka: retriable error codes and lost connections are retried after
+``retry_backoff_ms`` until ``retries`` or ``delivery_timeout_ms`` run out; leadership errors
+also refresh metadata; everything else fails the batch with a typed error.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from klog.config import ProducerConfig
+from klog.errors import (
+    ClosedError,
+    KafkaTimeoutError,
+    KlogError,
+    MessageSizeTooLargeError,
+    error_for,
+)
+from klog.metadata import ClusterMetadata
+from klog.outgoing import Outgoing
+from klog.producer.accumulator import (
+    RECORD_OVERHEAD,
+    Accumulator,
+    headers_size,
+    values_size,
+)
+from klog.producer.batch import ProducerBatch
+from klog.producer.drain import drain
+from klog.producer.partitioner import Partitioner
+from klog.producer.sequences import Sequences
+from klog.protocol.apis import init_producer_id, metadata, produce
+from klog.protocol.errors import ErrorCode
+
+_SUCCESS = frozenset({ErrorCode.NONE, ErrorCode.DUPLICATE_SEQUENCE_NUMBER})
+_STALE_METADATA = frozenset({
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.LEADER_NOT_AVAILABLE,
+    ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.NETWORK_EXCEPTION,
+    ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.FENCED_LEADER_EPOCH,
+})  # fmt: skip
+_BYTES_LIKE = (bytes, bytearray, memoryview)
+IDLE_POLL_MS = 1000
+
+
+def check_payload(value, what: str) -> None:
+    if value is not None and not isinstance(value, _BYTES_LIKE):
+        raise TypeError(f"a record {what} must be bytes-like or None, not "
+                        f"{type(value).__name__} (set {what}_serializer to convert it)")
+
+
+class ProducerProtocol:
+    def __init__(self, config: ProducerConfig, *, new_future: Callable[[], Any], rng=None):
+        self.config = config
+        self.cluster = ClusterMetadata(max_age_ms=config.metadata_max_age_ms,
+                                       retry_backoff_ms=config.retry_backoff_ms,
+                                       allow_auto_create=True)
+        self.partitioner = Partitioner(rng)
+        self.accumulator = Accumulator(batch_size=config.batch_size,
+                                       linger_ms=config.linger_ms,
+                                       delivery_timeout_ms=config.delivery_timeout_ms,
+                                       new_future=new_future,
+                                       next_sticky=self.partitioner.next_sticky)
+        self._buffer_memory = config.buffer_memory
+        self._max_request_size = config.max_request_size
+        self.sequences = Sequences(enabled=config.enable_idempotence,
+                                   max_in_flight=config.max_in_flight_requests_per_connection)
+        self._node_in_flight: Counter[int | None] = Counter()
+        self._node_retry_at: dict[int, int] = {}
+        self._completed: list[tuple[ProducerBatch, Any]] = []
+        self._linger_due: int | None = None
+        self.retries = 0  # batch attempts that failed and were queued again (statistics)
+
+    # the user's side ----------------------------------------------------------------------
+
+    def partition_count(self, topic: str) -> int | None:
+        """Partitions of ``topic``, or None (then it is wanted, and poll asks for it)."""
+        count = self.cluster.partition_count(topic)
+        if count is None:
+            self.cluster.want((topic,))
+        return count
+
+    @property
+    def memory_full(self) -> bool:
+        return self.accumulator.buffered_bytes >= self._buffer_memory
+
+    def append(self, topic: str, partition: int | None, key, value, headers,
+               timestamp_ms: int, now_ms: int) -> tuple[ProducerBatch, int] | None:
+        """Add one record; returns ``(batch, index in batch)``, or None when the caller must
+        wait first: the topic's metadata is unknown (it is wanted now) or the buffer is full.
+
+        Raises TypeError for a key/value that is not bytes-like, ValueError for a partition
+        out of range, MessageSizeTooLargeError for a record above max_request_size. This is
+        the per-record hot path: keep it flat."""
+        accumulator = self.accumulator
+        leaders = self.cluster.leaders.get(topic)
+        if leaders is None or accumulator.buffered_bytes >= self._buffer_memory:
+            if leaders is None:
+                self.cluster.want((topic,))
+            return None
+        if type(value) is bytes:
+            size = RECORD_OVERHEAD + len(value)
+        else:
+            check_payload(value, "value")
+            size = RECORD_OVERHEAD + (len(value) if value is not None else 0)
+        if key is not None:
+            if type(key) is not bytes:
+                check_payload(key, "key")
+            size += len(key)
+        if headers:
+            size += headers_size(headers)
+        if size > self._max_request_size:
+            raise MessageSizeTooLargeError(
+                ErrorCode.MESSAGE_TOO_LARGE, f"a record of {size} bytes is larger than "
+                f"max_request_size={self._max_request_size}", topic=topic)
+        if partition is None:
+            if key is None:
+                return accumulator.append_sticky(topic, len(leaders), timestamp_ms, value,
+                                                 headers, size, now_ms)
+            partition = self.partitioner.for_key(topic, key, len(leaders))
+        elif not 0 <= partition < len(leaders):
+            raise ValueError(f"partition {partition} of {topic} does not exist "
+                             f"(it has {len(leaders)})")
+        return accumulator.append(topic, partition, timestamp_ms, key, value, headers, size,
+                                  now_ms)
+
+    def append_many(self, topic: str, partition: int | None, key, values, headers,
+                    timestamp_ms: int, now_ms: int
+                    ) -> list[tuple[ProducerBatch, int, int]] | None:
+        """Add records sharing key, headers and timestamp to one partition (send_batch):
+        ``(batch, first index, count)`` per batch they landed in; None as for append. A
+        keyless list goes to the sticky partition (all of it: one partition per call)."""
+        if not {*map(type, values)} <= {bytes}:
+            for value in values:
+                check_payload(value, "value")
+        check_payload(key, "key")
+        count = self.cluster.partition_count(topic)
+        if count is None or self.memory_full:
+            self.cluster.want((topic,))
+            return None
+        if partition is None:
+            partition = (self.accumulator.sticky_partition(topic, count, values_size(values))
+                         if key is None else self.partitioner.for_key(topic, key, count))
+        elif not 0 <= partition < count:
+            raise ValueError(f"partition {partition} of {topic} does not exist")
+        return self.accumulator.append_many(topic, partition, timestamp_ms, key, values,
+                                            headers, now_ms)
+
+    def begin_flush(self) -> list[ProducerBatch]:
+        """Seal every batch now; returns the batches a flush must wait for."""
+        self.accumulator.seal_all()
+        return list(self.accumulator.incomplete)
+
+    def abort(self, error: KlogError | None = None, *, in_flight: bool = False) -> None:
+        """Fail every batch not yet sent, and with ``in_flight`` also those awaiting an
+        answer (close without waiting)."""
+        error = error or ClosedError("the producer was closed before the record was sent")
+        for batch in list(self.accumulator.abandon_all()):
+            self._complete(batch, error)
+        if in_flight:
+            for batches in self.sequences.in_flight.values():
+                for batch in batches:
+                    self._complete(batch, error)
+                batches.clear()
+
+    # the sender's side --------------------------------------------------------------------
+
+    def take_completed(self) -> list[tuple[ProducerBatch, Any]]:
+        done, self._completed = self._completed, []
+        return done
+
+    def poll(self, now_ms: int) -> list[Outgoing]:
+        out: list[Outgoing] = []
+        due = self.cluster.refresh_due_ms(now_ms)
+        if due is not None and due <= now_ms and self.cluster.wanted:
+            out.append(Outgoing(None, metadata, self.cluster.build_request(now_ms)))
+        if self.sequences.needs_producer_id(now_ms):
+            self.sequences.requesting = True
+            out.append(Outgoing(None, init_producer_id, init_producer_id.Request(
+                transactional_id=None, transaction_timeout_ms=60_000)))
+        self._node_in_flight[None] += len(out)
+        self._linger_due = self.accumulator.seal_lingering(now_ms)
+        if self.accumulator.sealed_count:
+            self._expire(now_ms)
+            if self.sequences.has_producer_id:
+                out.extend(drain(self.accumulator, self.cluster, self.sequences,
+                                 self._node_in_flight, self._node_retry_at, self.config,
+                                 now_ms))
+        return out
+
+    def next_poll_ms(self, now_ms: int) -> int:
+        """When poll will have work without anything else happening (linger, backoff,
+        metadata age); the I/O layer also polls after every answer and every append that
+        opens or seals a batch."""
+        candidates = [now_ms + IDLE_POLL_MS]
+        if self._linger_due is not None:
+            candidates.append(self._linger_due)
+        due = self.cluster.refresh_due_ms(now_ms)
+        if due is not None and self.cluster.wanted:
+            candidates.append(due)
+        sequences = self.sequences
+        if sequences.enabled and sequences.producer_id < 0 and not sequences.requesting:
+            candidates.append(sequences.retry_at_ms)
+        for queue in self.accumulator.queues.values():
+            if queue and queue[0].retry_at_ms > now_ms:
+                candidates.append(queue[0].retry_at_ms)
+        candidates.extend(t for t in self._node_retry_at.values() if t > now_ms)
+        return max(now_ms, min(candidates))
+
+    def _expire(self, now_ms: int) -> None:
+        for batch in self.accumulator.expired(now_ms):
+            self._fail(batch, KafkaTimeoutError(
+                f"{batch.topic}[{batch.partition}]: {batch.count} record(s) not "
+                f"acknowledged within delivery_timeout_ms={self.config.delivery_timeout_ms}"))
+
+    # answers ------------------------------------------------------------------------------
+
+    def _answered(self, request: Outgoing) -> None:
+        if request.expect_response:
+            key = None if request.api is not produce else request.node
+            self._node_in_flight[key] -= 1
+
+    def on_response(self, request: Outgoing, response, now_ms: int) -> None:
+        self._answered(request)
+        if request.api is metadata:
+            self.cluster.update(response, now_ms)
+        elif request.api is init_producer_id:
+            if response.error_code == ErrorCode.NONE:
+                self.sequences.set_producer_id(response.producer_id, response.producer_epoch)
+            else:
+                self.sequences.producer_id_failed(now_ms + self.config.retry_backoff_ms)
+        elif response is None:  # acks=0: written is all we will ever know
+            for batch in request.context:
+                self.sequences.answered(batch)
+                self._succeed(batch, (-1, -1, -1))
+        else:
+            self._on_produce(request, response, now_ms)
+
+    def on_failure(self, request: Outgoing, error: KlogError, now_ms: int) -> None:
+        """The request was lost (connection closed, timed out, could not connect)."""
+        self._answered(request)
+        if request.node is not None:
+            self._node_retry_at[request.node] = now_ms + self.config.retry_backoff_ms
+        self.cluster.mark_stale()
+        if request.api is metadata:
+            self.cluster.failed(now_ms, str(error))
+        elif request.api is init_producer_id:
+            self.sequences.producer_id_failed(now_ms + self.config.retry_backoff_ms)
+        else:
+            for batch in request.context:
+                self.sequences.answered(batch)
+                self._retry_or_fail(batch, error, True, now_ms)
+
+    def _on_produce(self, request: Outgoing, response, now_ms: int) -> None:
+        by_key = {batch.key: batch for batch in request.context}
+        broker = self.cluster.describe(request.node)
+        for topic in response.responses:
+            for part in topic.partition_responses:
+                batch = by_key.pop((topic.name, part.index), None)
+                if batch is None:
+                    continue
+                self.sequences.answered(batch)
+                code = ErrorCode(part.error_code)
+                if code in _SUCCESS:
+                    self._succeed(batch, (part.base_offset, part.log_append_time_ms,
+                                          part.log_start_offset))
+                    continue
+                if code in _STALE_METADATA:
+                    self.cluster.mark_stale()
+                retriable = code.retriable or (
+                    code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+                    and self.sequences.earlier_unacked(batch))
+                error = error_for(code, part.error_message, topic=batch.topic,
+                                  partition=batch.partition, broker=broker)
+                self._retry_or_fail(batch, error, retriable, now_ms)
+        for batch in by_key.values():  # the broker skipped it: treat as lost
+            self.sequences.answered(batch)
+            self._retry_or_fail(batch, error_for(ErrorCode.NETWORK_EXCEPTION,
+                                                 "no answer for the partition", broker=broker,
+                                                 topic=batch.topic, partition=batch.partition),
+                                True, now_ms)
+
+    def _retry_or_fail(self, batch: ProducerBatch, error: KlogError, retriable: bool,
+                       now_ms: int) -> None:
+        if retriable and batch.attempts <= self.config.retries and now_ms < batch.deadline_ms:
+            self.retries += 1
+            batch.retry_at_ms = now_ms + self.config.retry_backoff_ms
+            self.accumulator.requeue(batch)
+        else:
+            self.sequences.broken(batch)
+            self._fail(batch, error)
+
+    def _succeed(self, batch: ProducerBatch, value: tuple[int, int, int]) -> None:
+        self.sequences.finished(batch)
+        self._complete(batch, value)
+
+    def _fail(self, batch: ProducerBatch, error: BaseException) -> None:
+        self.sequences.finished(batch)
+        self._complete(batch, error)
+
+    def _complete(self, batch: ProducerBatch, value: Any) -> None:
+        if not batch.done:
+            self.accumulator.release(batch)
+            self._completed.append((batch, value))

@@ -1,0 +1,239 @@
+"""Client benchmark (issue 5): klog's Python client beside librdkafka, same run, same broker.
+
+The paper's experiment on this machine, 200-byte messages, one client process:
+
+- producer, one message per ``send()`` (the paper's "batch 1"), and ``send_batch`` of 50
+  (the paper's batches of 50); baseline: confluent-kafka (librdkafka) producing the same
+  messages to the same appliance, one ``produce()`` each. Both clients: acks=1, linger 5 ms,
+  1 MB batches, no compression (the paper had no acks; librdkafka's batch default).
+  klog is also shown with its defaults (acks=all, idempotent, 16 KiB batches).
+- consumer reading N messages (10 million; 1 million with --quick) from the beginning of a
+  two-partition topic; baseline: confluent-kafka's consumer (``consume(10000)`` batches),
+  with its prefetch queue unthrottled (``queued.min.messages`` 1M,
+  ``fetch.queue.backoff.ms`` 0): librdkafka's defaults pause fetching for a second whenever
+  100k messages are queued, which caps it near 150k msg/s here and would flatter klog.
+
+The appliance has two workers (one per log dir), so the two partitions of each topic live on
+different workers and both clients talk to two nodes, as in the issue's setup.
+
+Figures only, no assertions. ``--profile`` adds where klog's time goes: py-spy samples of
+every thread (the producer has two) during a consumer run and two producer runs.
+
+Run: .venv/bin/python perf/bench_client.py [--quick] [--profile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import klog  # noqa: E402
+from tests.conftest import Appliance  # noqa: E402
+
+VALUE = b"x" * 200
+SAME = {"acks": 1, "linger_ms": 5, "batch_size": 1_000_000}
+CONFLUENT = {"acks": "1", "linger.ms": 5, "batch.size": 1_000_000,
+             "queue.buffering.max.kbytes": 1_048_576, "queue.buffering.max.messages": 2_000_000}
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds of ``pid`` and its children (the supervisor and its workers)."""
+    total = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(entry.name) == pid or int(fields[1]) == pid:
+            total += int(fields[11]) + int(fields[12])
+    return total / CLK_TCK
+
+
+def produce_one_at_a_time(bootstrap: str, topic: str, count: int, **options) -> float:
+    with klog.Producer(bootstrap_servers=bootstrap, **options) as producer:
+        producer.send(topic, VALUE).result(30)  # metadata, producer id, connections
+        send = producer.send
+        start = time.perf_counter()
+        for _ in range(count):
+            send(topic, VALUE)
+        producer.flush()
+        return count / (time.perf_counter() - start)
+
+
+def produce_batches(bootstrap: str, topic: str, count: int, size: int = 50, **options) -> float:
+    values = [VALUE] * size
+    with klog.Producer(bootstrap_servers=bootstrap, **options) as producer:
+        producer.send(topic, VALUE).result(30)
+        send_batch = producer.send_batch
+        start = time.perf_counter()
+        for _ in range(count // size):
+            send_batch(topic, values)
+        producer.flush()
+        return count // size * size / (time.perf_counter() - start)
+
+
+def produce_confluent(bootstrap: str, topic: str, count: int) -> float:
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, **CONFLUENT})
+    producer.produce(topic, VALUE)
+    producer.flush(30)
+    start = time.perf_counter()
+    produce, poll = producer.produce, producer.poll
+    for i in range(count):
+        try:
+            produce(topic, VALUE)
+        except BufferError:
+            poll(0.01)
+            produce(topic, VALUE)
+        if i % 10_000 == 0:
+            poll(0)
+    producer.flush(120)
+    return count / (time.perf_counter() - start)
+
+
+def consume_klog(bootstrap: str, topic: str, count: int) -> float:
+    with klog.Consumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                       consumer_timeout_ms=10_000) as consumer:
+        consumer.assign([klog.TopicPartition(topic, p) for p in (0, 1)])
+        for tp in consumer.assignment():
+            consumer.position(tp)
+        seen = 0
+        total_bytes = 0
+        start = time.perf_counter()
+        for record in consumer:
+            seen += 1
+            total_bytes += len(record.value)
+            if seen >= count:
+                break
+        elapsed = time.perf_counter() - start
+        assert total_bytes == seen * len(VALUE)
+        return seen / elapsed
+
+
+def consume_confluent(bootstrap: str, topic: str, count: int) -> float:
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-assign-only",
+                         "enable.auto.commit": False, "queued.min.messages": 1_000_000,
+                         "fetch.queue.backoff.ms": 0,
+                         "queued.max.messages.kbytes": 1_048_576})
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in (0, 1)])
+    seen = total_bytes = 0
+    start = None
+    while seen < count:
+        messages = consumer.consume(10_000, timeout=10)
+        if not messages:
+            break
+        if start is None:
+            start = time.perf_counter()
+        for message in messages:
+            total_bytes += len(message.value())
+        seen += len(messages)
+    elapsed = time.perf_counter() - start
+    consumer.close()
+    return seen / elapsed
+
+
+def fill(bootstrap: str, topic: str, count: int) -> None:
+    with klog.Producer(bootstrap_servers=bootstrap, **SAME) as producer:
+        values = [VALUE] * 1000
+        for i in range(count // 1000):
+            producer.send_batch(topic, values, partition=i % 2)
+
+
+def spy_on(title: str, run) -> None:
+    """Sample every thread of this process with py-spy while ``run()`` runs; print the
+    functions with the most samples of their own (lines folded into functions)."""
+    spy = REPO / ".venv" / "bin" / "py-spy"
+    if not spy.exists():
+        print(f"(py-spy not installed, no profile of {title}: pip install -e '.[test]')")
+        return
+    with tempfile.NamedTemporaryFile(suffix=".txt") as out:
+        sampler = subprocess.Popen([str(spy), "record", "-p", str(os.getpid()), "-r", "250",
+                                    "-f", "raw", "-o", out.name],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(1.0)  # attached
+        run()
+        sampler.send_signal(signal.SIGINT)
+        sampler.wait(30)
+        own: Counter[str] = Counter()
+        total = 0
+        for line in Path(out.name).read_text().splitlines():
+            stack, _, samples = line.rpartition(" ")
+            frame = stack.split(";")[-1]
+            name, _, where = frame.partition(" (")
+            own[f"{name} ({where.rsplit(':', 1)[0]})"] += int(samples)
+            total += int(samples)
+    print(f"\n== {title}: py-spy, share of samples spent in each function itself")
+    for frame, samples in own.most_common(14):
+        print(f"  {100 * samples / max(total, 1):5.1f}%  {frame}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--profile", action="store_true")
+    args = parser.parse_args()
+    produce_count = 300_000 if args.quick else 2_000_000
+    consume_count = 1_000_000 if args.quick else 10_000_000
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        appliance = Appliance(Path(tmp), log_dirs=2,
+                              settings={"log.segment.bytes": str(1 << 30)})
+        appliance.start()
+        try:
+            with klog.Admin(appliance.bootstrap) as admin:
+                for name in ("one", "batch", "defaults", "confluent", "consume"):
+                    admin.create_topic(name, 2)
+            bs = appliance.bootstrap
+            pid = appliance.process.pid
+            cpu0 = cpu_seconds(pid)
+            theirs = produce_confluent(bs, "confluent", produce_count)
+            cpu_theirs = cpu_seconds(pid) - cpu0
+            cpu0 = cpu_seconds(pid)
+            ours = produce_one_at_a_time(bs, "one", produce_count, **SAME)
+            cpu_ours = cpu_seconds(pid) - cpu0
+            rows.append(("produce, 1 message per send()", ours, theirs, 300_000))
+            rows.append(("produce, send_batch of 50", produce_batches(bs, "batch", produce_count,
+                                                                     **SAME), theirs, 1_000_000))
+            rows.append(("produce, klog defaults (acks=all, idempotent, 16 KiB)",
+                         produce_one_at_a_time(bs, "defaults", produce_count // 2), theirs,
+                         None))
+            fill(bs, "consume", consume_count)
+            theirs = consume_confluent(bs, "consume", consume_count)
+            ours = consume_klog(bs, "consume", consume_count)
+            rows.append((f"consume {consume_count:,} messages", ours, theirs, 1_000_000))
+            print(f"broker CPU s per 100k msgs produced: klog {cpu_ours * 1e5 / produce_count:.2f}"
+                  f", librdkafka {cpu_theirs * 1e5 / produce_count:.2f}")
+            if args.profile:
+                spy_on("klog consumer", lambda: consume_klog(bs, "consume", consume_count))
+                spy_on("klog producer, one per send()",
+                       lambda: produce_one_at_a_time(bs, "one", produce_count, **SAME))
+                spy_on("klog producer, send_batch of 50",
+                       lambda: produce_batches(bs, "batch", produce_count, **SAME))
+        finally:
+            appliance.stop()
+    print(f"\n200-byte messages, one client process, two-worker appliance, "
+          f"{os.cpu_count()} cores")
+    print(f"{'figure':<56}{'klog msg/s':>12}{'librdkafka':>12}{'ratio':>7}{'aim':>11}")
+    for name, ours, theirs, aim in rows:
+        print(f"{name:<56}{ours:>12,.0f}{theirs:>12,.0f}{ours / theirs:>7.2f}"
+              f"{'' if aim is None else f'{aim:,}':>11}")
+
+
+if __name__ == "__main__":
+    main()
