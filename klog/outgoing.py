@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from klog.errors import raise_for
+from klog.errors import KlogError, raise_for
 from klog.protocol.apis import API_BY_KEY
 
 ANY_NODE = None
@@ -61,3 +61,13 @@ def version_of(versions: dict[int, int], api_key: int, broker: str) -> int:
         name = API_BY_KEY[api_key].name if api_key in API_BY_KEY else str(api_key)
         raise BrokerUnavailableError(
             f"{broker} does not serve {name} in a version we speak") from None
+
+
+def deliver(core, events, now_ms: int) -> None:
+    """Hand each ``(request, answer)`` an I/O layer collected to the protocol object: a body
+    goes to ``on_response``, a KlogError (the request was lost) to ``on_failure``."""
+    for request, answer in events:
+        if isinstance(answer, KlogError):
+            core.on_failure(request, answer, now_ms)
+        else:
+            core.on_response(request, answer, now_ms)

@@ -23,7 +23,8 @@ from typing import Any
 
 from klog.aio.wire import AIONetwork
 from klog.config import ProducerConfig, build
-from klog.errors import ClosedError, KafkaTimeoutError, KlogError, WouldBlockError
+from klog.errors import ClosedError, KafkaTimeoutError, WouldBlockError
+from klog.outgoing import deliver
 from klog.producer.futures import RecordHandle, metadata_of
 from klog.producer.protocol import ProducerProtocol
 from klog.types import RecordMetadata
@@ -241,11 +242,7 @@ class AIOProducer:
                 await network.send(request)
             events = await network.poll(wait_ms / 1000)
             now_ms = _now_ms()
-            for request, answer in events:
-                if isinstance(answer, KlogError):
-                    core.on_failure(request, answer, now_ms)
-                else:
-                    core.on_response(request, answer, now_ms)
+            deliver(core, events, now_ms)
             await self._resolve(notify=bool(events))
 
     async def _resolve(self, notify: bool = False) -> None:

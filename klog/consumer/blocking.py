@@ -29,7 +29,8 @@ from klog.consumer.base import (
     check_timestamps,
 )
 from klog.consumer.cursor import Cursor
-from klog.errors import KafkaTimeoutError, KlogError
+from klog.errors import KafkaTimeoutError
+from klog.outgoing import deliver
 from klog.types import ConsumerRecord, OffsetAndTimestamp, TopicPartition
 from klog.wire import Network
 
@@ -194,11 +195,7 @@ class Consumer(ConsumerBase):
         events = network.poll(wait_s)
         if events:
             now_ms = _now_ms()
-            for request, answer in events:
-                if isinstance(answer, KlogError):
-                    core.on_failure(request, answer, now_ms)
-                else:
-                    core.on_response(request, answer, now_ms)
+            deliver(core, events, now_ms)
             for request in core.poll(now_ms):
                 network.send(request)
 

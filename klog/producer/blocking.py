@@ -24,7 +24,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from klog.config import ProducerConfig, build
-from klog.errors import ClosedError, KafkaTimeoutError, KlogError
+from klog.errors import ClosedError, KafkaTimeoutError
+from klog.outgoing import deliver
 from klog.producer.futures import FutureRecordMetadata, FutureRecordMetadataList
 from klog.producer.protocol import ProducerProtocol
 from klog.wire import Network
@@ -255,11 +256,7 @@ class Producer:
                 continue
             with lock:
                 now_ms = _now_ms()
-                for request, answer in events:
-                    if isinstance(answer, KlogError):
-                        core.on_failure(request, answer, now_ms)
-                    else:
-                        core.on_response(request, answer, now_ms)
+                deliver(core, events, now_ms)
                 done = core.take_completed()
                 self._changed.notify_all()
             _resolve(done)
