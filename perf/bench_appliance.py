@@ -133,7 +133,7 @@ def kill_to_serving(gib: float) -> tuple[float, float, float]:
             leaders = {p.partition: p.leader % 100 for p in described.partitions}
             partition = next(p for p, w in leaders.items() if w == 1)
             _produce_one((appliance.port + 1, "big", int(gib * (1 << 30) / 200), partition))
-            victim = appliance.pids()[1]
+            victim = appliance.worker_pid(1)
             os.kill(victim, signal.SIGKILL)
             killed_at = time.perf_counter()
             time.sleep(0.01)

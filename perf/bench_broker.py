@@ -247,7 +247,7 @@ def main() -> None:
         appliance = Appliance(workdir, settings={"log.segment.bytes": str(1 << 30)})
         appliance.start()
         try:
-            pid = appliance.pids()[0]  # the worker (appliance.process is the supervisor)
+            pid = appliance.worker_pid(0)  # the worker (appliance.process is the supervisor)
             for topic, partitions in (("kcat", 2), ("raw", 2), ("latency", 1)):
                 create_topic(appliance.bootstrap, topic, partitions)
             baseline_write = raw_write_mb_s(workdir, messages * 200)

@@ -78,7 +78,9 @@ class Appliance:
             if self.process.poll() is not None:
                 raise RuntimeError(f"appliance exited with {self.process.returncode}:\n"
                                    + self.stderr_path.read_text()[-4000:])
-            if all(self._accepts(self.port + i) for i in range(len(self.log_dirs))):
+            # The supervisor binds the sockets before it forks, so accepting is not enough:
+            # wait until every worker reports SERVING (and its pid is known) in shm.
+            if all(self._accepts(p) for p in self.ports()) and self._all_serving():
                 return self
             time.sleep(0.05)
         raise RuntimeError("appliance did not start listening:\n"
@@ -91,6 +93,22 @@ class Appliance:
             return True
         except OSError:
             return False
+
+    def _all_serving(self) -> bool:
+        from appliance.config import load_config
+        from appliance.shm.appliance_region import ApplianceRegion
+        from appliance.shm.layout import WorkerState
+        from appliance.shm.region import RegionError
+
+        try:
+            region = ApplianceRegion.open_status(load_config(self.config))
+        except RegionError:
+            return False
+        try:
+            workers = region.snapshot().workers
+            return all(w.pid > 0 and w.state == WorkerState.SERVING for w in workers)
+        finally:
+            region.close()
 
     def ports(self) -> list[int]:
         return [self.port + i for i in range(len(self.log_dirs))]
@@ -105,6 +123,12 @@ class Appliance:
             return {w.index: w.pid for w in region.snapshot().workers}
         finally:
             region.close()
+
+    def worker_pid(self, index: int) -> int:
+        """A live worker's pid; never 0, which os.kill would take as the whole process group."""
+        pid = self.pids()[index]
+        assert pid > 0, f"worker {index} has no pid yet"
+        return pid
 
     def stop(self, sig=signal.SIGTERM, timeout_s: float = 15.0) -> int | None:
         if self.process is None or self.process.poll() is not None:

@@ -138,7 +138,7 @@ def test_kill_9_of_a_worker_while_acks_all_producers_run(two_workers):
     for thread in producers:
         thread.start()
     time.sleep(1.0)
-    victim = two_workers.pids()[1]
+    victim = two_workers.worker_pid(1)
     os.kill(victim, signal.SIGKILL)
     for thread in producers:
         thread.join(120)
@@ -285,7 +285,7 @@ def test_sighup_reloads_defaults_for_new_topics(appliance_factory):
 
 def test_a_worker_whose_heartbeat_stops_is_killed_and_restarted(appliance_factory):
     appliance = appliance_factory(log_dirs=2, settings={"worker.heartbeat.timeout.ms": "1500"})
-    stuck = appliance.pids()[1]
+    stuck = appliance.worker_pid(1)
     os.kill(stuck, signal.SIGSTOP)
     deadline = time.monotonic() + 15
     while appliance.pids()[1] in (0, stuck) and time.monotonic() < deadline:
@@ -307,7 +307,7 @@ def test_a_failed_disk_takes_only_its_worker_offline(appliance_factory):
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a read-only tmpfs to fail a disk: {mounted.stderr.strip()}")
     try:
-        os.kill(appliance.pids()[1], signal.SIGKILL)
+        os.kill(appliance.worker_pid(1), signal.SIGKILL)
         deadline = time.monotonic() + 15
         while "stays offline" not in appliance.log_text() and time.monotonic() < deadline:
             time.sleep(0.1)

@@ -48,7 +48,7 @@ def test_kill_mid_send_loses_and_duplicates_nothing(appliance_factory, lose):
             admin.create_topic("failover", 2)
             leaders = [p.leader for p in admin.describe_topic("failover").partitions]
         assert leaders[0] != leaders[1], "the two partitions should be on different workers"
-        victim = appliance.pids()[1]  # worker 1 owns partition 1
+        victim = appliance.worker_pid(1)  # worker 1 owns partition 1
         kill = lambda: os.kill(victim, signal.SIGKILL)  # noqa: E731
     else:
         appliance = appliance_factory()
