@@ -65,6 +65,14 @@ class BrokerConfig:
     worker_restart_backoff_ms: int = 100
     worker_restart_backoff_max_ms: int = 30_000
     worker_heartbeat_timeout_ms: int = 30_000
+    # consumer groups (Kafka's keys; klog's smaller defaults suit one appliance's disks)
+    offsets_topic_num_partitions: int = 16
+    offsets_topic_segment_bytes: int = 16 * 1024 * 1024
+    offset_metadata_max_bytes: int = 4096
+    group_min_session_timeout_ms: int = 6000
+    group_max_session_timeout_ms: int = 1_800_000
+    group_initial_rebalance_delay_ms: int = 3000
+    group_max_size: int = 2**31 - 1
     log_defaults: LogConfig = field(default_factory=LogConfig)
     ignored_keys: tuple[str, ...] = ()
 
@@ -139,6 +147,13 @@ KEYS: dict[str, tuple[str, object]] = {
     "worker.restart.backoff.ms": ("worker_restart_backoff_ms", _int(1)),
     "worker.restart.backoff.max.ms": ("worker_restart_backoff_max_ms", _int(1)),
     "worker.heartbeat.timeout.ms": ("worker_heartbeat_timeout_ms", _int(1000)),
+    "offsets.topic.num.partitions": ("offsets_topic_num_partitions", _int(1)),
+    "offsets.topic.segment.bytes": ("offsets_topic_segment_bytes", _int(64 * 1024)),
+    "offset.metadata.max.bytes": ("offset_metadata_max_bytes", _int(0)),
+    "group.min.session.timeout.ms": ("group_min_session_timeout_ms", _int(1)),
+    "group.max.session.timeout.ms": ("group_max_session_timeout_ms", _int(1)),
+    "group.initial.rebalance.delay.ms": ("group_initial_rebalance_delay_ms", _int(0)),
+    "group.max.size": ("group_max_size", _int(1)),
     "log.segment.bytes": ("log.segment_bytes", _int()),
     "log.roll.ms": ("log.segment_ms", _int()),
     "log.roll.hours": ("log.segment_ms", _hours_to_ms),
@@ -169,7 +184,7 @@ IGNORED = frozenset({
     "socket.send.buffer.bytes", "socket.receive.buffer.bytes", "num.recovery.threads.per.data.dir",
     "offsets.topic.replication.factor", "transaction.state.log.replication.factor",
     "transaction.state.log.min.isr", "log.cleaner.enable", "zookeeper.connection.timeout.ms",
-    "group.initial.rebalance.delay.ms", "delete.topic.enable", "log.cleanup.policy",
+    "delete.topic.enable", "log.cleanup.policy",
     "inter.broker.listener.name", "listener.security.protocol.map",
     "unclean.leader.election.enable",
 })

@@ -116,9 +116,13 @@ class LocalController:
         return TopicResult(name)
 
     def delete_topic(self, name: str) -> TopicResult:
-        if name not in self.catalog:
+        info = self.catalog.get(name)
+        if info is None:
             return TopicResult(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                                f"topic {name!r} does not exist")
+        if info.internal:
+            return TopicResult(name, ErrorCode.INVALID_TOPIC_EXCEPTION,
+                               f"{name!r} is an internal topic and cannot be deleted")
         self.catalog.remove(name)
         for listener in self._listeners:
             listener(name, None)

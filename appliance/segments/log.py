@@ -309,6 +309,16 @@ class PartitionLog:
         kept in :attr:`last_retention`. Raises StorageError."""
         return retention.apply_retention(self, now_ms)
 
+    def delete_records_before(self, offset: int, *, now_ms: int) -> int:
+        """Kafka's DeleteRecords: move the log start up to ``offset`` (never past the high
+        watermark), persist it, and delete the segments wholly below it (with retention's
+        other rules). For logs compacted by snapshot, such as ``__consumer_offsets``.
+        Returns the number of segments deleted. Raises StorageError."""
+        offset = min(offset, self.high_watermark)
+        if offset > self._log_start_offset:
+            self._set_log_start_offset(offset)
+        return retention.apply_retention(self, now_ms)
+
     def truncate_to(self, offset: int, *, now_ms: int) -> int:
         """Remove offsets >= ``offset`` (whole batches: the log end may land below ``offset``;
         for replication). Below every segment, empty the log and restart it at ``offset``.

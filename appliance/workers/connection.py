@@ -48,6 +48,7 @@ class KafkaConnection(asyncio.Protocol):
         self.codec = ServerConnection(max_frame_bytes=worker.config.socket_request_max_bytes)
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
+        self.peer_host = ""
         self._queue: deque = deque()  # (request, body | Future)
         self._writer: asyncio.Task | None = None
         self._reading_paused = False
@@ -62,6 +63,7 @@ class KafkaConnection(asyncio.Protocol):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.peer_host = f"/{peer[0]}" if peer else ""  # Kafka's client_host form
         self.worker.connections.add(self)
 
     def connection_lost(self, exc) -> None:
@@ -85,6 +87,7 @@ class KafkaConnection(asyncio.Protocol):
                 return
             if request is NEED_DATA:
                 break
+            request.client_host = self.peer_host
             self._queue.append((request, self._dispatch(request)))
         if len(self._queue) >= MAX_PENDING_RESPONSES and not self._reading_paused:
             self._reading_paused = True

@@ -23,7 +23,11 @@ from appliance.config import BrokerConfig
 from appliance.controller import LocalController
 from appliance.segments.errors import StorageError
 from appliance.segments.group_commit import GroupCommitter
+from appliance.shm.partitions import FreeSlotError
+from appliance.shm.seqlock import TornEntryError
 from appliance.workers.connection import KafkaConnection
+from appliance.workers.groups.coordinator import GroupCoordinator
+from appliance.workers.groups.offsets_log import OFFSETS_TOPIC
 from appliance.workers.handlers import HANDLERS
 from appliance.workers.handlers.api_versions import advertised_versions
 from appliance.workers.partitions import Partitions
@@ -80,6 +84,7 @@ class Worker:
         self.remote = (RemoteLogs(region, config.log_dirs, index) if region is not None
                        else None)
         self.committer = GroupCommitter()
+        self.groups = GroupCoordinator(self)
         self.handlers = dict(HANDLERS)
         self.advertised_api_versions = advertised_versions(set(self.handlers))
         self.connections: set[KafkaConnection] = set()
@@ -118,6 +123,21 @@ class Worker:
             self.region.fetch_out.add_partition_out(publication.slot, publication.epoch,
                                                     self.index, nbytes, 0)
 
+    def high_watermark_of(self, topic: str, index: int) -> int | None:
+        """A partition's log end as its owner last published it (None: unknown here)."""
+        owned = self.partitions.get(topic, index)
+        if owned is not None:
+            return owned.log.high_watermark
+        if self.region is None:
+            return None
+        slot = self.region.partitions.find(topic, index)
+        if slot is None:
+            return None
+        try:
+            return self.region.partitions.read_partition(slot).high_watermark
+        except (TornEntryError, FreeSlotError):  # freed, or its owner died mid-update
+            return None
+
     def readable_log(self, topic: str, index: int):
         """The log a Fetch reads: this worker's own, or another worker's through shm."""
         owned = self.partitions.get(topic, index)
@@ -134,6 +154,7 @@ class Worker:
         now_ms = self.now_ms()
         for info in self.controller.topics():
             self.partitions.open_topic(info, now_ms=now_ms)
+        self.groups.load_owned()
         self.controller.add_listener(self._on_topic_change)
         if hasattr(self.controller, "add_reload_listener"):
             self.controller.add_reload_listener(self._on_reload)
@@ -152,8 +173,12 @@ class Worker:
             if self.remote is not None:
                 self.remote.forget(name)
             self.partitions.close_topic(name, delete=True)
+            if name == OFFSETS_TOPIC:
+                self.groups.unload_all()
         else:
             self.partitions.open_topic(info, now_ms=self.now_ms())
+            if name == OFFSETS_TOPIC:
+                self.groups.load_owned()
 
     async def serve(self, sock: socket.socket | None = None) -> None:
         """Start accepting on `sock` (bound by the caller) or on the configured listener."""
@@ -167,6 +192,7 @@ class Worker:
                                                     backlog=1024)
         self._tasks = [asyncio.ensure_future(self._retention_loop()),
                        asyncio.ensure_future(self._flush_loop())]
+        self.groups.start()
         if self.remote is not None:
             self._tasks.append(asyncio.ensure_future(self._watch_remote_appends()))
 
@@ -180,6 +206,7 @@ class Worker:
             self._server.close()
         for task in self._tasks:
             task.cancel()
+        self.groups.stop()
         deadline = time.monotonic() + 2.0
         while any(c._queue for c in self.connections) and time.monotonic() < deadline:
             await asyncio.sleep(0.01)

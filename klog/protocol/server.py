@@ -74,6 +74,7 @@ class Request:
     error: ErrorCode | None
     spec: ApiSpec | None
     detail: str | None = None  # why decoding failed, for the log
+    client_host: str = ""  # the peer's address, set by the server's I/O layer (DescribeGroups)
 
     @property
     def api_key(self) -> int:

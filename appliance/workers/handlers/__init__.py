@@ -9,18 +9,29 @@ from __future__ import annotations
 from appliance.workers.handlers import (
     api_versions,
     create_topics,
+    delete_groups,
     delete_topics,
     describe_configs,
+    describe_groups,
     fetch,
+    find_coordinator,
+    heartbeat,
     init_producer_id,
+    join_group,
+    leave_group,
+    list_groups,
     list_offsets,
     metadata,
+    offset_commit,
+    offset_fetch,
     produce,
+    sync_group,
 )
 
 MODULES = (
     api_versions, metadata, produce, fetch, list_offsets, create_topics, delete_topics,
-    init_producer_id, describe_configs,
+    init_producer_id, describe_configs, find_coordinator, join_group, sync_group, heartbeat,
+    leave_group, offset_commit, offset_fetch, list_groups, describe_groups, delete_groups,
 )
 
 HANDLERS = {module.API_KEY: module.handle for module in MODULES}

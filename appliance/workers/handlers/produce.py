@@ -17,6 +17,7 @@ from klog.protocol.record_batch import CODEC_ZSTD, HEADER_BYTES, read_header
 
 API_KEY = produce.SPEC.key
 ZSTD_MIN_VERSION = 7
+INTERNAL_PREFIX = "__"  # __consumer_offsets: written by the group coordinator only
 
 
 def _partition_response(index, error, base_offset=-1, append_time=-1, log_start=-1,
@@ -37,6 +38,9 @@ def _append_one(worker, topic, partition_data, version, now_ms):
     if records is not None and version < ZSTD_MIN_VERSION and _uses_zstd(records):
         return _partition_response(index, ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
                                    message="zstd needs Produce v7 or later"), None
+    if topic.startswith(INTERNAL_PREFIX):
+        return _partition_response(index, ErrorCode.INVALID_TOPIC_EXCEPTION,
+                                   message=f"{topic} is internal: clients cannot append"), None
     if worker.partitions.get(topic, index) is None:
         info = worker.controller.topic(topic)
         error = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION

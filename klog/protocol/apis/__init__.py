@@ -23,6 +23,7 @@ from typing import Any
 from klog.protocol.apis import (
     api_versions,
     create_topics,
+    delete_groups,
     delete_topics,
     describe_configs,
     describe_groups,
@@ -118,6 +119,7 @@ API_BY_KEY: dict[int, ApiSpec] = {
             _spec(delete_topics, "DeleteTopics", (0, 3), (1, 3)),
             _spec(init_producer_id, "InitProducerId", (0, 1), (0, 1)),
             _spec(describe_configs, "DescribeConfigs", (0, 3), (0, 3)),
+            _spec(delete_groups, "DeleteGroups", (0, 1), (0, 1)),
         ],
         key=lambda spec: spec.key,
     )

@@ -1,0 +1,164 @@
+"""What a partition of ``__consumer_offsets`` holds, and how its state is rebuilt from it.
+
+Two kinds of record, keyed so that the latest record of a key is its value (the log is read
+like a compacted Kafka topic; a null value is a tombstone):
+
+- ``["offset", group, topic, partition]`` -> ``{"offset", "epoch", "metadata", "ts"}``: a
+  committed offset;
+- ``["group", group]`` -> the group's last completed generation: protocol, leader and members
+  with their subscriptions and assignments, so a restarted coordinator keeps the members
+  heartbeating instead of forcing every group through a rebalance.
+
+Keys and values are JSON (orjson), not Kafka's binary schemas: klog reads them back itself,
+and ``klog consume __consumer_offsets`` shows them legibly. Bytes (subscriptions,
+assignments) are hex.
+
+Compaction is by snapshot: :func:`snapshot_records` restates the live state; the coordinator
+appends it after a roll and then moves the log start past everything older, so a load replays
+at most one snapshot plus what followed it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator
+from typing import NamedTuple
+
+import orjson
+
+from appliance.workers.groups.group import Group, GroupLimits, Member
+from appliance.workers.groups.state import GroupState
+
+log = logging.getLogger(__name__)
+
+OFFSETS_TOPIC = "__consumer_offsets"
+
+
+class Committed(NamedTuple):
+    offset: int
+    leader_epoch: int
+    metadata: str | None
+    commit_ms: int
+
+
+def java_string_hash(text: str) -> int:
+    """Java's ``String.hashCode`` (over UTF-16 code units), as a signed int32."""
+    h = 0
+    data = text.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def partition_for(group_id: str, partitions: int) -> int:
+    """Kafka's ``partitionFor``: a group lives in this partition of __consumer_offsets."""
+    return (java_string_hash(group_id) & 0x7FFFFFFF) % partitions
+
+
+# -- encoding --------------------------------------------------------------------------------
+
+def offset_record(group_id: str, topic: str, partition: int,
+                  committed: Committed | None) -> tuple[bytes, bytes | None]:
+    key = orjson.dumps(["offset", group_id, topic, partition])
+    if committed is None:
+        return key, None
+    return key, orjson.dumps({"offset": committed.offset, "epoch": committed.leader_epoch,
+                              "metadata": committed.metadata, "ts": committed.commit_ms})
+
+
+def group_record(group: Group) -> tuple[bytes, bytes | None]:
+    key = orjson.dumps(["group", group.group_id])
+    if group.state is GroupState.DEAD:
+        return key, None
+    members = [{"id": m.member_id, "instance": m.instance_id, "client_id": m.client_id,
+                "host": m.client_host, "session": m.session_timeout_ms,
+                "rebalance": m.rebalance_timeout_ms,
+                "protocols": [[name, meta.hex()] for name, meta in m.protocols],
+                "assignment": m.assignment.hex()}
+               for m in group.members.values()] if group.state is GroupState.STABLE else []
+    return key, orjson.dumps({"generation": group.generation,
+                              "protocol_type": group.protocol_type,
+                              "protocol": group.protocol if members else None,
+                              "leader": group.leader if members else None,
+                              "members": members})
+
+
+# -- decoding --------------------------------------------------------------------------------
+
+class LoadedPartition:
+    """The state one partition's records add up to: the latest value of every key."""
+
+    def __init__(self) -> None:
+        self.offsets: dict[str, dict[tuple[str, int], Committed]] = {}
+        self.groups: dict[str, dict] = {}
+        self.skipped = 0  # records that are not ours (bad JSON, unknown kind): logged
+
+    def apply(self, key: bytes | None, value: bytes | None) -> None:
+        try:
+            kind, group_id, *rest = orjson.loads(key)
+            if kind == "offset":
+                topic, partition = rest
+                committed = self.offsets.setdefault(group_id, {})
+                if value is None:
+                    committed.pop((topic, partition), None)
+                else:
+                    v = orjson.loads(value)
+                    committed[(topic, partition)] = Committed(
+                        int(v["offset"]), int(v["epoch"]), v["metadata"], int(v["ts"]))
+            elif kind == "group":
+                if value is None:
+                    self.groups.pop(group_id, None)
+                    self.offsets.pop(group_id, None)
+                else:
+                    self.groups[group_id] = orjson.loads(value)
+            else:
+                raise ValueError(f"unknown record kind {kind!r}")
+        except (orjson.JSONDecodeError, TypeError, ValueError, KeyError) as exc:
+            self.skipped += 1
+            if self.skipped <= 10:
+                log.warning("%s: skipping a record that is not klog's (%s): key %r",
+                            OFFSETS_TOPIC, exc, (key or b"")[:100])
+
+    def apply_all(self, records: Iterable[tuple[bytes | None, bytes | None]]) -> None:
+        for key, value in records:
+            self.apply(key, value)
+
+    def build_groups(self, limits: GroupLimits, now_ms: int) -> dict[str, Group]:
+        """Groups as they were at their last completed generation; the members get a full
+        session to show up again."""
+        groups = {}
+        for group_id in self.groups.keys() | self.offsets.keys():
+            saved = self.groups.get(group_id)
+            group = Group(group_id, limits)
+            if saved is not None:
+                group.generation = int(saved["generation"])
+                group.protocol_type = saved["protocol_type"]
+                for raw in saved["members"]:
+                    member = Member(
+                        raw["id"], raw["instance"], raw["client_id"], raw["host"],
+                        int(raw["session"]), int(raw["rebalance"]), saved["protocol_type"],
+                        [(name, bytes.fromhex(meta)) for name, meta in raw["protocols"]],
+                        bytes.fromhex(raw["assignment"]),
+                        deadline_ms=now_ms + int(raw["session"]))
+                    group.members[member.member_id] = member
+                    if member.instance_id is not None:
+                        group.static[member.instance_id] = member.member_id
+                if group.members:
+                    group.state = GroupState.STABLE
+                    group.protocol, group.leader = saved["protocol"], saved["leader"]
+                else:
+                    group.protocol_type = None
+            groups[group_id] = group
+        return groups
+
+
+def snapshot_records(groups: Iterable[Group],
+                     offsets: dict[str, dict[tuple[str, int], Committed]]
+                     ) -> Iterator[tuple[bytes, bytes | None]]:
+    """Every live key once: what a load needs when it starts at the snapshot."""
+    for group in groups:
+        if group.state is not GroupState.DEAD:
+            yield group_record(group)
+    for group_id, committed in offsets.items():
+        for (topic, partition), value in committed.items():
+            yield offset_record(group_id, topic, partition, value)

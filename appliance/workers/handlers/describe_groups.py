@@ -1,0 +1,41 @@
+"""DescribeGroups v0-4: state, protocol and members (with their subscription and assignment
+bytes) of groups this worker coordinates; a group nobody knows is reported as Dead, as Kafka
+does."""
+
+from __future__ import annotations
+
+from appliance.workers.groups.coordinator import CoordinatorError
+from appliance.workers.groups.state import GroupState
+from klog.protocol.apis import describe_groups
+from klog.protocol.errors import ErrorCode
+
+API_KEY = describe_groups.SPEC.key
+NO_OPERATIONS = -(2**31)
+
+
+def _describe(worker, group_id: str):
+    try:
+        group = worker.groups.group(group_id, create=False)
+    except CoordinatorError as exc:
+        return describe_groups.DescribedGroup(
+            error_code=int(exc.code), group_id=group_id, group_state="", protocol_type="",
+            protocol_data="", members=[], authorized_operations=NO_OPERATIONS)
+    if group is None:
+        return describe_groups.DescribedGroup(
+            error_code=0, group_id=group_id, group_state=GroupState.DEAD.value,
+            protocol_type="", protocol_data="", members=[], authorized_operations=NO_OPERATIONS)
+    show_assignment = group.state is GroupState.STABLE
+    members = [describe_groups.DescribedGroupMember(
+        member_id=m.member_id, group_instance_id=m.instance_id, client_id=m.client_id,
+        client_host=m.client_host, member_metadata=m.metadata_for(group.protocol or ""),
+        member_assignment=m.assignment if show_assignment else b"")
+        for m in group.members.values()]
+    return describe_groups.DescribedGroup(
+        error_code=int(ErrorCode.NONE), group_id=group_id, group_state=group.state.value,
+        protocol_type=group.protocol_type or "", protocol_data=group.protocol or "",
+        members=members, authorized_operations=NO_OPERATIONS)
+
+
+def handle(worker, request):
+    return describe_groups.Response(
+        throttle_time_ms=0, groups=[_describe(worker, g) for g in request.body.groups])

@@ -1,0 +1,23 @@
+"""Heartbeat v0-3: keeps a member's session; REBALANCE_IN_PROGRESS tells it to rejoin."""
+
+from __future__ import annotations
+
+from appliance.workers.groups.coordinator import CoordinatorError
+from klog.protocol.apis import heartbeat
+from klog.protocol.errors import ErrorCode
+
+API_KEY = heartbeat.SPEC.key
+
+
+def handle(worker, request):
+    body = request.body
+    try:
+        group = worker.groups.group(body.group_id, create=False)
+    except CoordinatorError as exc:
+        return heartbeat.Response(throttle_time_ms=0, error_code=int(exc.code))
+    if group is None:
+        error = ErrorCode.UNKNOWN_MEMBER_ID
+    else:
+        error = group.heartbeat(member_id=body.member_id, instance_id=body.group_instance_id,
+                                generation=body.generation_id, now_ms=worker.now_ms())
+    return heartbeat.Response(throttle_time_ms=0, error_code=int(error))

@@ -1,0 +1,13 @@
+"""ListGroups v0-2: the groups this worker coordinates (admin tools ask every node)."""
+
+from __future__ import annotations
+
+from klog.protocol.apis import list_groups
+
+API_KEY = list_groups.SPEC.key
+
+
+def handle(worker, request):
+    return list_groups.Response(throttle_time_ms=0, error_code=0, groups=[
+        list_groups.ListedGroup(group_id=g.group_id, protocol_type=g.protocol_type or "")
+        for g in worker.groups.listed()])

@@ -1,0 +1,46 @@
+"""OffsetFetch v1-5: a group's committed offsets (-1: none); ``topics = null`` (v2+) asks for
+every partition the group has committed."""
+
+from __future__ import annotations
+
+from appliance.workers.groups.coordinator import CoordinatorError
+from klog.protocol.apis import offset_fetch
+from klog.protocol.errors import ErrorCode
+
+API_KEY = offset_fetch.SPEC.key
+TOP_LEVEL_ERROR_VERSION = 2
+
+
+def _partition(index, committed, error=ErrorCode.NONE):
+    if committed is None:
+        return offset_fetch.OffsetFetchResponsePartition(
+            partition_index=index, committed_offset=-1, committed_leader_epoch=-1,
+            metadata="", error_code=int(error))
+    return offset_fetch.OffsetFetchResponsePartition(
+        partition_index=index, committed_offset=committed.offset,
+        committed_leader_epoch=committed.leader_epoch, metadata=committed.metadata or "",
+        error_code=0)
+
+
+def handle(worker, request):
+    body = request.body
+    try:
+        worker.groups.group(body.group_id, create=False)
+    except CoordinatorError as exc:
+        if request.header.api_version >= TOP_LEVEL_ERROR_VERSION:
+            return offset_fetch.Response(throttle_time_ms=0, topics=[], error_code=int(exc.code))
+        return offset_fetch.Response(throttle_time_ms=0, topics=[
+            offset_fetch.OffsetFetchResponseTopic(name=t.name, partitions=[
+                _partition(i, None, exc.code) for i in t.partition_indexes])
+            for t in body.topics or []])
+    committed = worker.groups.committed(body.group_id)
+    if body.topics is None:
+        wanted: dict[str, list[int]] = {}
+        for topic, index in sorted(committed):
+            wanted.setdefault(topic, []).append(index)
+    else:
+        wanted = {t.name: list(t.partition_indexes) for t in body.topics}
+    topics = [offset_fetch.OffsetFetchResponseTopic(
+        name=name, partitions=[_partition(i, committed.get((name, i))) for i in indexes])
+        for name, indexes in wanted.items()]
+    return offset_fetch.Response(throttle_time_ms=0, topics=topics, error_code=0)
