@@ -215,7 +215,12 @@ def build_config(settings: dict[str, str], *, source: str = "configuration") -> 
         log_defaults = LogConfig(**log)
     except ValueError as exc:
         raise ConfigError(f"{source}: {exc}") from None
-    return BrokerConfig(**broker, log_defaults=log_defaults, ignored_keys=tuple(ignored))
+    config = BrokerConfig(**broker, log_defaults=log_defaults, ignored_keys=tuple(ignored))
+    if config.group_min_session_timeout_ms > config.group_max_session_timeout_ms:
+        raise ConfigError(f"{source}: group.min.session.timeout.ms "
+                          f"({config.group_min_session_timeout_ms}) is above "
+                          f"group.max.session.timeout.ms ({config.group_max_session_timeout_ms})")
+    return config
 
 
 def load_config(path: Path | str | None, overrides: list[str] = ()) -> BrokerConfig:

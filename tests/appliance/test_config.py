@@ -68,6 +68,10 @@ def test_finer_retention_unit_wins_whatever_the_order():
     ({"listeners": "PLAINTEXT://h:notaport"}, "listeners"),
     ({"auto.create.topics.enable": "yes"}, "auto.create.topics.enable"),
     ({"log.segment.bytes": "1"}, "segment.bytes"),
+    ({"offsets.topic.num.partitions": "0"}, "offsets.topic.num.partitions"),
+    ({"offsets.topic.segment.bytes": "100"}, "offsets.topic.segment.bytes"),
+    ({"group.min.session.timeout.ms": "9000", "group.max.session.timeout.ms": "8000"},
+     "group.min.session.timeout.ms"),
 ])
 def test_bad_settings_name_the_key(settings, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
