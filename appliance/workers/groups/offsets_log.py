@@ -20,6 +20,7 @@ at most one snapshot plus what followed it.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple
@@ -50,6 +51,7 @@ def java_string_hash(text: str) -> int:
     return h - (1 << 32) if h & 0x80000000 else h
 
 
+@functools.lru_cache(maxsize=1 << 16)  # asked on every group request; groups are few
 def partition_for(group_id: str, partitions: int) -> int:
     """Kafka's ``partitionFor``: a group lives in this partition of __consumer_offsets."""
     return (java_string_hash(group_id) & 0x7FFFFFFF) % partitions
