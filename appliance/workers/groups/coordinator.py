@@ -21,6 +21,7 @@ import asyncio
 import logging
 from collections.abc import Iterable
 
+from appliance.segments.errors import StorageError
 from appliance.workers.groups.group import Group, GroupLimits
 from appliance.workers.groups.lag import LagReport
 from appliance.workers.groups.offsets_log import (
@@ -210,8 +211,9 @@ class GroupCoordinator:
             self.groups[group_id] = self._new_group(group_id)
         try:
             await self._durable(partition, last)
-        except OSError as exc:
-            raise CoordinatorError(ErrorCode.KAFKA_STORAGE_ERROR, f"fdatasync: {exc}") from exc
+        except (StorageError, RuntimeError) as exc:  # a failed sync; a committer shut down
+            log.error("commit of group %r is not durable: %s", group_id, exc)
+            raise CoordinatorError(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)) from exc
 
     def committed(self, group_id: str) -> dict[tuple[str, int], Committed]:
         return self.offsets.get(group_id, {})
