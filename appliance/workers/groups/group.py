@@ -177,7 +177,7 @@ class Group:
         self.members[member_id] = member
         if instance_id is not None:
             self.static[instance_id] = member_id
-        if self.protocol_type is None:
+        if len(self.members) == 1:  # the first member sets the group's protocol type
             self.protocol_type = member.protocol_type
         if self.state is S.PREPARING_REBALANCE:
             self._extend_initial_delay(now_ms)
@@ -298,8 +298,7 @@ class Group:
         self.generation += 1
         if not self.members:
             self._transition(S.EMPTY)
-            self.protocol = self.leader = None
-            self.protocol_type = None
+            self.protocol = self.leader = None  # the protocol type stays, as in Kafka
             self.on_change(self)
             return
         self.protocol = self.select_protocol()

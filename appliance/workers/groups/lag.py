@@ -33,7 +33,7 @@ class LagReport:
 
     def __init__(self, path: Path):
         self.path = Path(path)
-        self._written = False
+        self._written = self.path.exists()  # an earlier run's report is cleared at once
 
     def write(self, groups: Iterable, offsets: dict, high_watermark_of, now_ms: int) -> None:
         rows = [group_lag(g.group_id, g.state.value, len(g.members), offsets.get(g.group_id, {}),

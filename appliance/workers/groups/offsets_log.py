@@ -148,8 +148,6 @@ class LoadedPartition:
                 if group.members:
                     group.state = GroupState.STABLE
                     group.protocol, group.leader = saved["protocol"], saved["leader"]
-                else:
-                    group.protocol_type = None
             groups[group_id] = group
         return groups
 
