@@ -238,14 +238,6 @@ class GroupCoordinator:
         await self._durable(partition, last)
         return ErrorCode.NONE
 
-    async def reset_offsets(self, group_id: str,
-                            offsets: dict[tuple[str, int], Committed]) -> None:
-        """An administrator's commit (generation -1): only while the group has no members."""
-        group = self.group(group_id, create=True)
-        if group.state is not GroupState.EMPTY:
-            raise CoordinatorError(ErrorCode.UNKNOWN_MEMBER_ID)
-        await self.commit(group_id, offsets)
-
     # -- time -------------------------------------------------------------------------------
 
     def start(self) -> None:
