@@ -7,6 +7,12 @@ Reads every partition (or ``--partition``) from the end, ``--from-beginning``, o
 ``\\t`` ``\\r`` ``\\\\``. The default is ``%s\\n``. Keys and values are written as raw bytes.
 It runs until interrupted, ``--max-messages`` were printed, or (``--exit``) the end of every
 partition as it was at start-up is reached.
+
+With ``--group G`` it consumes as a member of consumer group G, like kcat -G or
+kafka-console-consumer --group: the group assigns the partitions (other members share them),
+each starts at the group's committed offset (``--from-beginning``: the earliest one when
+nothing is committed), and positions are committed as it goes and when it exits. ``--exit``
+then stops at the end of the partitions assigned to it.
 """
 
 from __future__ import annotations
@@ -37,7 +43,8 @@ def add_arguments(parser) -> None:
                         help="exit after N messages")
     parser.add_argument("--exit", "-e", action="store_true",
                         help="exit at the end of the partitions (as they were at start-up)")
-    parser.add_argument("--group", help="consumer group (not implemented yet)")
+    parser.add_argument("--group", "-G", metavar="GROUP",
+                        help="consume as a member of this consumer group (offsets committed)")
 
 
 def compile_format(fmt: str):
@@ -76,16 +83,19 @@ _FIELDS = {
 
 
 def run(args) -> int:
-    if args.group:
-        print("klog: consumer groups are not implemented yet (issue 6); drop --group",
-              file=sys.stderr)
+    if args.group and (args.partition is not None or args.offset is not None):
+        print("klog: with --group the group assigns the partitions and their offsets: drop "
+              "--partition/--offset", file=sys.stderr)
         return 2
     render = compile_format(args.format)
     out = sys.stdout.buffer
     try:
         with Consumer(bootstrap_servers=args.bootstrap_server,
                       auto_offset_reset="earliest" if args.from_beginning else "latest",
-                      request_timeout_ms=10_000) as consumer:
+                      request_timeout_ms=10_000, group_id=args.group) as consumer:
+            if args.group:
+                _consume_in_group(consumer, args, render, out)
+                return 0
             chosen = _assign(consumer, args)
             ends = consumer.end_offsets(chosen) if args.exit else None
             if args.max_messages == 0 or ends is not None and _done(consumer, ends):
@@ -102,6 +112,27 @@ def run(args) -> int:
         print(f"klog: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def _consume_in_group(consumer, args, render, out) -> None:
+    """Poll as a group member; polls take at most what is left of --max-messages, so the
+    offsets committed at exit are exactly past what was printed."""
+    consumer.partitions_for_topic(args.topic)  # an unknown topic is an error, as without -G
+    consumer.subscribe([args.topic])
+    printed, ends = 0, {}
+    while args.max_messages is None or printed < args.max_messages:
+        left = None if args.max_messages is None else args.max_messages - printed
+        for records in consumer.poll(timeout_ms=500, max_records=left).values():
+            for record in records:
+                out.write(render(record))
+            printed += len(records)
+        out.flush()
+        if args.exit:
+            assigned = consumer.assignment()
+            if assigned - ends.keys():
+                ends.update(consumer.end_offsets(assigned - ends.keys()))
+            if assigned and _done(consumer, {tp: ends[tp] for tp in assigned}):
+                return
 
 
 def _assign(consumer, args) -> list[TopicPartition]:

@@ -7,9 +7,9 @@ Example::
     with klog.Producer(bootstrap_servers="127.0.0.1:9092") as producer:
         producer.send("clicks", b"hello", key=b"user-1").result(timeout=10)
 
-    consumer = klog.Consumer(bootstrap_servers="127.0.0.1:9092", auto_offset_reset="earliest")
-    partitions = consumer.partitions_for_topic("clicks")
-    consumer.assign([klog.TopicPartition("clicks", p) for p in partitions])
+    consumer = klog.Consumer(bootstrap_servers="127.0.0.1:9092", group_id="loaders",
+                             auto_offset_reset="earliest")
+    consumer.subscribe(["clicks"])     # or consumer.assign([klog.TopicPartition("clicks", 0)])
     for record in consumer:
         print(record.topic, record.partition, record.offset, record.value)
 
@@ -21,6 +21,7 @@ from klog.consumer import Consumer
 from klog.errors import (
     BrokerUnavailableError,
     ClosedError,
+    CommitFailedError,
     ErrorCode,
     KafkaError,
     KafkaTimeoutError,
@@ -36,12 +37,19 @@ from klog.errors import (
     UnsupportedVersionError,
 )
 from klog.producer import FutureRecordMetadata, FutureRecordMetadataList, Producer
-from klog.types import ConsumerRecord, OffsetAndTimestamp, RecordMetadata, TopicPartition
+from klog.types import (
+    ConsumerRecord,
+    OffsetAndMetadata,
+    OffsetAndTimestamp,
+    RecordMetadata,
+    TopicPartition,
+)
 
 __all__ = [
     "Admin",
     "BrokerUnavailableError",
     "ClosedError",
+    "CommitFailedError",
     "Consumer",
     "ConsumerRecord",
     "ErrorCode",
@@ -53,6 +61,7 @@ __all__ = [
     "MessageSizeTooLargeError",
     "NoOffsetForPartitionError",
     "NotLeaderOrFollowerError",
+    "OffsetAndMetadata",
     "OffsetAndTimestamp",
     "OffsetOutOfRangeError",
     "OutOfOrderSequenceNumberError",

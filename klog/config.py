@@ -21,6 +21,7 @@ CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 ACKS = {"all": -1, "-1": -1, "0": 0, "1": 1}
 OFFSET_RESETS = ("earliest", "latest", "none")
 ISOLATION_LEVELS = {"read_uncommitted": 0, "read_committed": 1}
+ASSIGNORS = ("range", "roundrobin", "cooperative-sticky")  # klog.consumer.assignors' names
 INT32_MAX = 2**31 - 1
 
 
@@ -137,11 +138,20 @@ class ProducerConfig(_Common):
 
 @dataclass(frozen=True, kw_only=True)
 class ConsumerConfig(_Common):
-    """Options of `klog.Consumer` (Kafka's consumer configs). ``group_id`` is accepted for the
-    group protocol to come; an assign()-only consumer ignores it."""
+    """Options of `klog.Consumer` (Kafka's consumer configs; group defaults are the Java
+    client's, the assignor list librdkafka's). ``group_id`` names the group used by
+    ``subscribe`` and by commits; without one the consumer can only ``assign``."""
 
     client_id: str = "klog-consumer"
     group_id: str | None = None
+    group_instance_id: str | None = None  # static membership (KIP-345)
+    session_timeout_ms: int = 45_000
+    heartbeat_interval_ms: int = 3_000
+    max_poll_interval_ms: int = 300_000  # also the rebalance timeout sent in JoinGroup
+    partition_assignment_strategy: tuple[str, ...] = ("range", "roundrobin")
+    enable_auto_commit: bool = True  # only with a group_id
+    auto_commit_interval_ms: int = 5_000
+    exclude_internal_topics: bool = True  # a pattern never matches __consumer_offsets
     auto_offset_reset: str = "latest"  # earliest, latest, none
     fetch_min_bytes: int = 1
     fetch_max_wait_ms: int = 500
@@ -156,17 +166,31 @@ class ConsumerConfig(_Common):
 
     def __post_init__(self) -> None:
         self._validate_common()
-        _check(self.group_id is None or isinstance(self.group_id, str), "group_id",
-               self.group_id, "a string or None")
+        for name in ("group_id", "group_instance_id"):
+            value = getattr(self, name)
+            _check(value is None or (isinstance(value, str) and value != ""), name, value,
+                   "a non-empty string or None")
+        _check(self.group_instance_id is None or self.group_id is not None,
+               "group_instance_id", self.group_instance_id, "None without a group_id")
         _check(self.auto_offset_reset in OFFSET_RESETS, "auto_offset_reset",
                self.auto_offset_reset, "one of " + ", ".join(OFFSET_RESETS))
         _check(self.isolation_level in ISOLATION_LEVELS, "isolation_level",
                self.isolation_level, "read_uncommitted or read_committed")
         for name, low in (("fetch_min_bytes", 0), ("fetch_max_wait_ms", 0),
                           ("fetch_max_bytes", 1), ("max_partition_fetch_bytes", 1),
-                          ("max_poll_records", 1)):
+                          ("max_poll_records", 1), ("session_timeout_ms", 1),
+                          ("heartbeat_interval_ms", 1), ("max_poll_interval_ms", 1),
+                          ("auto_commit_interval_ms", 0)):
             _int_at_least(self, name, low)
-        _check(isinstance(self.check_crcs, bool), "check_crcs", self.check_crcs, "True/False")
+        _check(self.heartbeat_interval_ms < self.session_timeout_ms, "heartbeat_interval_ms",
+               self.heartbeat_interval_ms, "less than session_timeout_ms")
+        strategy = self.partition_assignment_strategy
+        _check(len(strategy) > 0 and all(name in ASSIGNORS for name in strategy)
+               and len(set(strategy)) == len(strategy), "partition_assignment_strategy",
+               strategy, "a list of distinct names out of " + ", ".join(ASSIGNORS))
+        for name in ("check_crcs", "enable_auto_commit", "exclude_internal_topics"):
+            _check(isinstance(getattr(self, name), bool), name, getattr(self, name),
+                   "True or False")
         _check(self.consumer_timeout_ms is None
                or (type(self.consumer_timeout_ms) is int and self.consumer_timeout_ms >= 0),
                "consumer_timeout_ms", self.consumer_timeout_ms, "None or an integer >= 0")
@@ -177,11 +201,24 @@ class ConsumerConfig(_Common):
     def isolation(self) -> int:
         return ISOLATION_LEVELS[self.isolation_level]
 
+    @property
+    def auto_commit(self) -> bool:
+        """Auto-commit is on: enabled, and there is a group to commit to."""
+        return self.enable_auto_commit and self.group_id is not None
+
     @classmethod
     def normalize(cls, options: dict[str, Any]) -> dict[str, Any]:
+        """Lower-case enum spellings; the assignor list from a list or librdkafka's
+        comma-separated string (``"range,roundrobin"``) into a tuple."""
         for name in ("auto_offset_reset", "isolation_level"):
             if isinstance(options.get(name), str):
                 options[name] = options[name].lower()
+        strategy = options.get("partition_assignment_strategy")
+        if isinstance(strategy, str):
+            options["partition_assignment_strategy"] = tuple(
+                s.strip() for s in strategy.split(",") if s.strip())
+        elif isinstance(strategy, list | tuple):
+            options["partition_assignment_strategy"] = tuple(strategy)
         return options
 
 

@@ -16,6 +16,7 @@ from klog.protocol.errors import ErrorCode
 __all__ = [
     "BrokerUnavailableError",
     "ClosedError",
+    "CommitFailedError",
     "ErrorCode",
     "KafkaError",
     "KafkaTimeoutError",
@@ -59,6 +60,17 @@ class WouldBlockError(KlogError):
 
 class ClosedError(KlogError):
     """The producer or consumer was closed (by this program: the caller's fault)."""
+
+
+class CommitFailedError(KlogError):
+    """An offset commit was refused for good: the consumer is not (or no longer) a member of
+    the group's current generation (a rebalance happened: poll, then commit again), or the
+    coordinator gave a non-retriable error. ``code`` is the broker's ErrorCode, if it gave
+    one."""
+
+    def __init__(self, message: str, code: ErrorCode | None = None):
+        super().__init__(message)
+        self.code = code
 
 
 class NoOffsetForPartitionError(KlogError):

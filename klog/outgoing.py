@@ -6,7 +6,9 @@ the connection negotiated, and hands the answer back with ``on_response(outgoing
 now_ms)`` or a lost request with ``on_failure(outgoing, error, now_ms)``. ``node=None`` means
 "any broker" (bootstrap, or any connected one). ``channel`` names a separate connection to
 the same node: a broker answers a connection's requests in order, so a long-polling Fetch
-would hold up a ListOffsets queued behind it; fetches travel on their own channel.
+would hold up a ListOffsets queued behind it; fetches travel on their own channel, and so do
+the group requests a coordinator holds back (JoinGroup, SyncGroup), which also get their own
+``timeout_ms`` (a JoinGroup may wait a whole rebalance timeout for the other members).
 :func:`choose_versions` is the version negotiation both I/O flavours run once per connection.
 """
 
@@ -31,6 +33,7 @@ class Outgoing:
     context: Any = None  # whatever the protocol object needs to handle the answer
     expect_response: bool = True
     channel: str = ""  # "": the node's main connection; "fetch": the long-poll one
+    timeout_ms: int | None = None  # None: request_timeout_ms; JoinGroup waits for a rebalance
 
     def build_body(self) -> Any:
         body = self.body

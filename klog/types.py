@@ -15,7 +15,8 @@ from typing import NamedTuple
 
 from klog.protocol.records import Record
 
-__all__ = ["ConsumerRecord", "OffsetAndTimestamp", "RecordMetadata", "TopicPartition"]
+__all__ = ["ConsumerRecord", "OffsetAndMetadata", "OffsetAndTimestamp", "RecordMetadata",
+           "TopicPartition"]
 
 CREATE_TIME, LOG_APPEND_TIME = 0, 1
 
@@ -48,6 +49,16 @@ class OffsetAndTimestamp(NamedTuple):
 
     offset: int
     timestamp: int
+
+
+class OffsetAndMetadata(NamedTuple):
+    """A position to commit for a consumer group: the offset of the next record to read (not
+    of the last one processed, Kafka's convention), an application string stored with it, and
+    the leader epoch of the record before it (-1: unknown, which is all klog hands out)."""
+
+    offset: int
+    metadata: str = ""
+    leader_epoch: int = -1
 
 
 class ConsumerRecord(Record):

@@ -127,6 +127,12 @@ def connect_any(servers: str, **kwargs) -> BrokerConnection:
 Event = tuple[Outgoing, object]  # (request, response body | KlogError)
 
 
+def request_deadline(request: Outgoing, default_s: float) -> float:
+    """When an unanswered ``request`` counts as lost: its own timeout_ms, or the client's."""
+    timeout_s = default_s if request.timeout_ms is None else request.timeout_ms / 1000
+    return time.monotonic() + timeout_s
+
+
 class Network:
     """The connections of one client, keyed by node id (``None``: any broker). Used by one
     thread at a time; :meth:`wakeup` is the only method other threads may call."""
@@ -184,7 +190,7 @@ class Network:
             return
         if request.expect_response:
             self._pending[conn].append((correlation_id, request,
-                                        time.monotonic() + self._timeout_s))
+                                        request_deadline(request, self._timeout_s)))
         else:
             self._events.append((request, None))
 

@@ -21,7 +21,7 @@ from klog.outgoing import Outgoing, choose_versions, version_of
 from klog.protocol.apis import api_versions
 from klog.protocol.client import NEED_DATA, ClientConnection
 from klog.protocol.exceptions import ProtocolError
-from klog.wire import MAX_FRAME_BYTES, RECV_BYTES
+from klog.wire import MAX_FRAME_BYTES, RECV_BYTES, request_deadline
 
 Event = tuple[Outgoing, object]
 
@@ -159,7 +159,7 @@ class AIONetwork:
             return
         if request.expect_response:
             self._pending[conn].append((correlation_id, request,
-                                        time.monotonic() + self._timeout_s))
+                                        request_deadline(request, self._timeout_s)))
         else:
             self._push((request, None))
 

@@ -1,19 +1,30 @@
-"""What the blocking and asyncio consumers share: options, assignment, seeks, pausing and
-the iteration cursor. None of it waits or does I/O; the flavours add poll, iteration and the
-lookups, which do.
+"""What the blocking and asyncio consumers share: options, assignment, subscription, seeks,
+pausing, the iteration cursor, and the group bookkeeping that does not wait (which offsets a
+commit carries, when auto-commit is due, which listener an event calls). None of it waits or
+does I/O; the flavours add poll, iteration, commits and the lookups, which do.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 from klog.config import ConsumerConfig, build
 from klog.consumer.cursor import Cursor
+from klog.consumer.group import Assign, GroupProtocol, Revoke
 from klog.consumer.positions import EARLIEST, LATEST
 from klog.consumer.protocol import ConsumerProtocol
-from klog.errors import ClosedError, error_for
-from klog.types import OffsetAndTimestamp, TopicPartition
+from klog.errors import ClosedError, KlogError, error_for
+from klog.types import OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
+
+
+class Listener(NamedTuple):
+    """The rebalance listener given to ``subscribe``."""
+
+    on_assign: Callable | None = None
+    on_revoke: Callable | None = None
+    on_lost: Callable | None = None  # None: on_revoke (Java's default)
 
 
 class ConsumerBase:
@@ -23,6 +34,9 @@ class ConsumerBase:
         self._closed = False
         self._cursor: Cursor | None = None  # the chunk being iterated
         self._network: Any = None  # the flavour's network
+        self._listener = Listener()
+        self._in_listener = False  # listeners run one at a time, never inside each other
+        self._next_auto_commit_ms = 0
 
     # assignment and positions -------------------------------------------------------------
 
@@ -30,9 +44,56 @@ class ConsumerBase:
         """Read exactly these partitions (replacing any earlier assignment). Positions start
         per ``auto_offset_reset`` unless ``seek`` sets them."""
         self._check_open()
+        group = self._core.group
+        if group is not None and group.subscribed.active:
+            raise ValueError("assign() and subscribe() exclude each other: unsubscribe() first")
         partitions = [TopicPartition(*tp) for tp in partitions]
         self._cut_cursor(lambda tp: tp not in partitions)
         self._core.assign(partitions)
+
+    def subscribe(self, topics: str | Iterable[str] | None = None,
+                  pattern: str | re.Pattern[str] | None = None, *,
+                  on_assign: Callable | None = None, on_revoke: Callable | None = None,
+                  on_lost: Callable | None = None) -> None:
+        """Join the group ``group_id`` and read the partitions it hands this consumer, out of
+        ``topics`` (a name or names) or the topics whose whole name matches ``pattern`` (a
+        regex; topics created later join at the next metadata refresh, every
+        ``metadata_max_age_ms``). Replaces an earlier subscription; the group is joined by
+        poll() and iteration, which also run the listeners, with a set of TopicPartitions:
+
+        - ``on_revoke(partitions)`` before partitions are given up (after auto-commit has
+          committed their positions; commit there yourself otherwise);
+        - ``on_assign(partitions)`` once partitions are assigned: the whole new assignment
+          with the eager protocol ("range", "roundrobin"), only the added ones with
+          "cooperative-sticky" (called after every rebalance, maybe with an empty set);
+        - ``on_lost(partitions)`` (default: on_revoke) when the membership was lost (no poll
+          within max_poll_interval_ms, session expired): their commits would be refused.
+
+        Raises ValueError without a group_id, with both or neither of topics and pattern, or
+        while partitions are assign()ed."""
+        self._check_open()
+        group = self._group("subscribe()")
+        if (topics is None) == (pattern is None):
+            raise ValueError("subscribe() takes topics or a pattern (one of them)")
+        if not group.subscribed.active and self._core.assignment.states:
+            raise ValueError("assign() and subscribe() exclude each other: assign([]) first")
+        for name, value in (("on_assign", on_assign), ("on_revoke", on_revoke),
+                            ("on_lost", on_lost)):
+            if value is not None and not callable(value):
+                raise TypeError(f"{name} must be callable, not {value!r}")
+        if pattern is not None:
+            group.subscribe(pattern=re.compile(pattern) if isinstance(pattern, str) else pattern)
+        else:
+            names = [topics] if isinstance(topics, str) else list(topics)  # type: ignore[arg-type]
+            if not all(isinstance(t, str) and t for t in names):
+                raise ValueError(f"topics must be non-empty strings, not {names!r}")
+            group.subscribe(topics=names)
+        self._listener = Listener(on_assign, on_revoke, on_lost)
+
+    def subscription(self) -> set[str]:
+        """The topics subscribed to (for a pattern: those it matches now)."""
+        group = self._core.group
+        return set(group.subscribed.topics) if group and group.subscribed.active else set()
 
     def assignment(self) -> set[TopicPartition]:
         return set(self._core.assignment.states)
@@ -82,6 +143,77 @@ class ConsumerBase:
         """poll() after iteration: the chunk being iterated is abandoned at its position."""
         if self._cursor is not None and (resume := self._cursor.abandon()) is not None:
             self._core.seek(*resume)
+
+    # groups: what does not wait ----------------------------------------------------------
+
+    def _group(self, what: str) -> GroupProtocol:
+        group = self._core.group
+        if group is None:
+            raise ValueError(f"{what} needs a consumer group: give the consumer a group_id")
+        return group
+
+    def _positions(self, partitions: Iterable[TopicPartition] | None = None
+                   ) -> dict[TopicPartition, OffsetAndMetadata]:
+        """What a default commit carries: the position of each assigned partition that has
+        one (inside a chunk being iterated, the next record's offset)."""
+        states = self._core.assignment.states
+        out = {}
+        for tp in states if partitions is None else partitions:
+            state = states.get(tp)
+            if state is not None:
+                offset = self._cursor_position(tp)
+                offset = state.position if offset is None else offset
+                if offset is not None:
+                    out[tp] = OffsetAndMetadata(offset)
+        return out
+
+    def _offsets_to_commit(self, offsets) -> dict[TopicPartition, OffsetAndMetadata]:
+        if offsets is None:
+            return self._positions()
+        out = {}
+        for tp, value in offsets.items():
+            if type(value) is int:
+                value = OffsetAndMetadata(value)
+            elif not isinstance(value, OffsetAndMetadata):
+                value = OffsetAndMetadata(*value)
+            if type(value.offset) is not int or value.offset < 0:
+                raise ValueError(f"commit offsets must be integers >= 0, not {value.offset!r}")
+            out[TopicPartition(*tp)] = value
+        return out
+
+    def _auto_commit(self, now_ms: int) -> None:
+        """Every auto_commit_interval_ms (checked at each poll), an asynchronous commit of the
+        positions that moved since this consumer last committed them."""
+        group = self._core.group
+        if group is None or not self.config.auto_commit or now_ms < self._next_auto_commit_ms:
+            return
+        first = self._next_auto_commit_ms == 0  # the clock starts at the first poll
+        self._next_auto_commit_ms = now_ms + self.config.auto_commit_interval_ms
+        if first:
+            return
+        if isinstance(group.membership.identity(), KlogError):
+            return  # rebalancing: the positions are committed before partitions move
+        committed = group.commits.committed
+        moved = {tp: meta for tp, meta in self._positions().items()
+                 if committed.get(tp) != meta.offset}
+        if moved:
+            group.commit(moved, retry=False)
+
+    def _polled(self, now_ms: int) -> None:
+        """An application poll (or the next chunk of an iteration): the max_poll_interval_ms
+        clock restarts; auto-commit if due."""
+        group = self._core.group
+        if group is not None:
+            group.app_polled(now_ms)
+            self._auto_commit(now_ms)
+
+    def _listener_for(self, event) -> Callable | None:
+        listener = self._listener
+        if isinstance(event, Assign):
+            return listener.on_assign
+        if isinstance(event, Revoke) and event.lost and listener.on_lost is not None:
+            return listener.on_lost
+        return listener.on_revoke
 
     def _check_open(self) -> None:
         if self._closed:

@@ -1,20 +1,27 @@
 """klog.Consumer: the blocking consumer, a thin I/O layer over `ConsumerProtocol`.
 
-No background thread: the caller's ``poll`` (or iteration) drives the protocol object
-through `klog.wire`. Fetches are pipelined all the same: when a Fetch answer arrives its
-partition's next Fetch is sent *before* its records are decoded and returned, so the broker
-prepares the next answer while the application works.
+The caller's ``poll`` (or iteration) drives the protocol object through `klog.wire`.
+Fetches are pipelined all the same: when a Fetch answer arrives its partition's next Fetch is
+sent *before* its records are decoded and returned, so the broker prepares the next answer
+while the application works. The one background thread is a group member's heartbeat
+(`klog.consumer.heartbeat_thread`), which keeps the group session alive while the
+application works between polls; it never touches the consumer's state.
+
+Rebalance listeners and commit callbacks run inside ``poll`` and iteration, on the caller's
+thread, never inside another call.
 
 Example::
 
-    consumer = klog.Consumer(bootstrap_servers="127.0.0.1:9092", auto_offset_reset="earliest")
-    consumer.assign([klog.TopicPartition("clicks", 0)])
+    consumer = klog.Consumer(bootstrap_servers="127.0.0.1:9092", group_id="loaders",
+                             auto_offset_reset="earliest")
+    consumer.subscribe(["clicks"])
     for record in consumer:            # blocks for new records; never ends by itself
         print(record.offset, record.key, record.value)
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterable, Iterator
 from itertools import chain
@@ -29,9 +36,11 @@ from klog.consumer.base import (
     check_timestamps,
 )
 from klog.consumer.cursor import Cursor
-from klog.errors import KafkaTimeoutError
+from klog.consumer.group import Assign, CommitDone, Revoke
+from klog.consumer.heartbeat_thread import POLL_TIMEOUT, HeartbeatThread
+from klog.errors import KafkaTimeoutError, KlogError
 from klog.outgoing import deliver
-from klog.types import ConsumerRecord, OffsetAndTimestamp, TopicPartition
+from klog.types import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 from klog.wire import Network
 
 _time = time.time
@@ -48,16 +57,20 @@ class Consumer(ConsumerBase):
     ``bootstrap_servers`` (required), ``auto_offset_reset`` ("earliest", "latest", "none"),
     ``fetch_min_bytes``, ``fetch_max_wait_ms``, ``fetch_max_bytes``,
     ``max_partition_fetch_bytes``, ``isolation_level``, ``max_poll_records``,
-    ``consumer_timeout_ms`` (iteration stops after this long without records), ``group_id``
-    (accepted; consumer groups are not implemented yet: use ``assign``).
+    ``consumer_timeout_ms`` (iteration stops after this long without records); for groups
+    ``group_id``, ``group_instance_id`` (static membership), ``session_timeout_ms``,
+    ``heartbeat_interval_ms``, ``max_poll_interval_ms``, ``partition_assignment_strategy``
+    (["range", "roundrobin"], or ["cooperative-sticky"]), ``enable_auto_commit``,
+    ``auto_commit_interval_ms``.
     """
 
     def __init__(self, **options: Any):
         super().__init__("Consumer", options)
         self._network = Network(self.config.bootstrap_servers, client_id=self.config.client_id,
                                 request_timeout_ms=self.config.request_timeout_ms,
-                                address_of=self._core.cluster.address_of)
+                                address_of=self._core.address_of)
         self._stream: Iterator[ConsumerRecord] | None = None
+        self._keeper: HeartbeatThread | None = None
 
     def __enter__(self) -> Consumer:
         return self
@@ -66,9 +79,18 @@ class Consumer(ConsumerBase):
         self.close()
 
     def close(self) -> None:
-        """Close the connections; the consumer cannot be used afterwards. Idempotent."""
-        if not self._closed:
+        """Leave the group (auto-commit first, then on_revoke; a static member stays until
+        its session times out), close the connections. The consumer cannot be used
+        afterwards. Idempotent."""
+        if self._closed:
+            return
+        try:
+            if self._core.group is not None:
+                self._give_up()
+        finally:
             self._closed = True
+            if self._keeper is not None:
+                self._keeper.close()
             self._network.close()
 
     def position(self, partition: TopicPartition | tuple[str, int],
@@ -124,22 +146,31 @@ class Consumer(ConsumerBase):
         """Records fetched for the assigned partitions, grouped by partition: waits up to
         ``timeout_ms`` for at least one, returns ``{}`` if none came. At most
         ``max_records`` (default ``max_poll_records``). Raises the errors fetches met
-        (OffsetOutOfRangeError with auto_offset_reset="none", KafkaError, ...)."""
+        (OffsetOutOfRangeError with auto_offset_reset="none", KafkaError, ...).
+
+        A group member's poll also joins and rejoins the group, runs the rebalance listeners
+        and commit callbacks, and auto-commits; poll at least every ``max_poll_interval_ms``
+        or the member leaves the group (its partitions go to others; it rejoins, and
+        ``on_lost`` runs, at the next poll). Iteration counts as polling."""
         self._check_open()
         limit = max_records or self.config.max_poll_records
         deadline = time.monotonic() + timeout_ms / 1000
         self._finish_cursor()
+        self._polled(_now_ms())
         core = self._core
+        pumped = False
         while True:
+            self._run_events()
             records = core.take_records(limit)
             if records:
                 self._pump(0)  # pipelining: the next fetch goes out before we return
                 return records
             core.raise_pending()
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if remaining <= 0 and pumped:
                 return {}
-            self._pump(remaining)
+            self._pump(max(remaining, 0))  # poll(0) too drives the network once
+            pumped = True
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
         """Every record, forever: blocks for new ones (the paper's stream interface). With
@@ -168,8 +199,10 @@ class Consumer(ConsumerBase):
 
     def _next_chunk(self, timeout_ms: int | None):
         deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000
+        self._polled(_now_ms())
         core = self._core
         while True:
+            self._run_events()
             chunk = core.take_chunk()
             if chunk is not None:
                 self._pump(0)
@@ -189,6 +222,7 @@ class Consumer(ConsumerBase):
         and send again at once (so a fresh Fetch follows every Fetch answer)."""
         core, network = self._core, self._network
         now_ms = _now_ms()
+        self._sync_keeper(now_ms)
         for request in core.poll(now_ms):
             network.send(request)
         wait_s = min(timeout_s, (core.next_poll_ms(now_ms) - now_ms) / 1000)
@@ -198,6 +232,7 @@ class Consumer(ConsumerBase):
             deliver(core, events, now_ms)
             for request in core.poll(now_ms):
                 network.send(request)
+        self._sync_keeper(now_ms)
 
     def _wait_for(self, done: Callable[[], bool], timeout_ms: int | None, what: str) -> None:
         self._check_open()
@@ -211,3 +246,150 @@ class Consumer(ConsumerBase):
                 raise KafkaTimeoutError(f"{what}: no answer within {timeout_ms} ms"
                                         + (f" ({reason})" if reason else ""))
             self._pump(remaining)
+
+    # groups -------------------------------------------------------------------------------
+
+    def commit(self, offsets: dict | None = None, asynchronous: bool = False,
+               callback: Callable | None = None, timeout_ms: int | None = None) -> None:
+        """Commit offsets for the group: by default the position of every assigned partition
+        (the next record poll would return), else ``offsets``: ``{TopicPartition: offset or
+        OffsetAndMetadata}``. Synchronous by default: retries while the coordinator moves,
+        raises CommitFailedError when the group rebalanced (poll, then commit again),
+        KafkaTimeoutError after ``timeout_ms`` (default request_timeout_ms). With
+        ``asynchronous=True`` it returns at once; ``callback(offsets, error or None)`` runs
+        in a later poll."""
+        self._check_open()
+        group = self._group("commit()")
+        wanted = self._offsets_to_commit(offsets)
+        if asynchronous:
+            group.commit(wanted, retry=False, callback=callback)
+            self._pump(0)
+            return
+        pending = group.commit(wanted, retry=True)
+        self._wait_or_cancel(pending, timeout_ms, "OffsetCommit")
+        if pending.error is not None:
+            raise pending.error
+
+    def commit_async(self, offsets: dict | None = None,
+                     callback: Callable | None = None) -> None:
+        """``commit(offsets, asynchronous=True, callback=callback)``."""
+        self.commit(offsets, asynchronous=True, callback=callback)
+
+    def committed(self, partitions: Iterable[TopicPartition] | TopicPartition,
+                  timeout_ms: int | None = None) -> dict[TopicPartition, int | None]:
+        """The group's committed offset of each partition (None: nothing committed)."""
+        self._check_open()
+        group = self._group("committed()")
+        if isinstance(partitions, TopicPartition):
+            partitions = [partitions]
+        lookup = group.committed(partitions)
+        self._wait_or_cancel(lookup, timeout_ms, "OffsetFetch")
+        if lookup.error is not None:
+            raise lookup.error
+        return {tp: None if found is None else found.offset
+                for tp, found in lookup.results.items()}
+
+    def unsubscribe(self) -> None:
+        """Leave the group (committing and revoking first, as close does) and drop every
+        partition, subscribed or assign()ed."""
+        self._check_open()
+        if self._core.group is not None:
+            self._give_up()
+        self._cut_cursor(lambda tp: True)
+        self._core.assign([])
+
+    def _wait_or_cancel(self, item, timeout_ms: int | None, what: str) -> None:
+        try:
+            self._wait_for(lambda: item.done, timeout_ms, what)
+        except KafkaTimeoutError:
+            self._core.group.commits.cancel(item)  # type: ignore[union-attr]
+            raise
+
+    def _commit_quietly(self, offsets: dict[TopicPartition, OffsetAndMetadata]) -> None:
+        """A synchronous commit whose failure must not stop a rebalance or a close."""
+        if offsets:
+            with contextlib.suppress(KlogError):
+                self.commit(offsets)
+
+    def _run_events(self) -> None:
+        """Run what the group asked of the application: listeners, commit callbacks."""
+        group = self._core.group
+        if group is None or self._in_listener:
+            return
+        self._in_listener = True
+        try:
+            while (event := group.next_event()) is not None:
+                self._handle(event)
+        finally:
+            self._in_listener = False
+
+    def _handle(self, event) -> None:
+        if isinstance(event, CommitDone):
+            event.commit.callback(event.commit.offsets, event.commit.error)
+        elif isinstance(event, Assign):
+            if self._listener.on_assign is not None:
+                self._listener.on_assign(set(event.partitions))
+        else:
+            self._revoke(event)
+
+    def _revoke(self, event: Revoke) -> None:
+        """Commit (auto-commit, unless lost), call on_revoke/on_lost, then let go."""
+        callback = self._listener_for(event)
+        try:
+            if not event.lost and self.config.auto_commit:
+                self._commit_quietly(self._positions(event.partitions))
+            if callback is not None and event.partitions:
+                callback(set(event.partitions))
+        finally:
+            self._cut_cursor(lambda tp: tp in event.partitions)
+            self._core.group.revoked(event)  # type: ignore[union-attr]
+
+    def _give_up(self) -> None:
+        """Close/unsubscribe: commit, revoke, leave (each bounded by request_timeout_ms)."""
+        group = self._core.group
+        membership = group.membership  # type: ignore[union-attr]
+        if not group.subscribed.active:  # type: ignore[union-attr]
+            if self.config.auto_commit:
+                self._commit_quietly(self._positions())
+            return
+        owned, lost = membership.owned, membership.generation < 0
+        if owned:
+            self._in_listener = True
+            try:
+                self._revoke(Revoke(owned, lost=lost))
+            finally:
+                self._in_listener = False
+        group.events.clear()  # type: ignore[union-attr]
+        leave = group.unsubscribe()  # type: ignore[union-attr]
+        if leave is not None:
+            with contextlib.suppress(KlogError):
+                self._wait_for(lambda: membership.leaving is None, None, "LeaveGroup")
+
+    def _sync_keeper(self, now_ms: int) -> None:
+        """Trade news with the heartbeat thread (started once we are a group member)."""
+        group = self._core.group
+        if group is None:
+            return
+        membership = group.membership
+        keeper = self._keeper
+        if keeper is not None:
+            for code, generation, member_id in keeper.take_reports():
+                if code == POLL_TIMEOUT:
+                    membership.reset_generation("the heartbeat thread left the group: no poll "
+                                                "within max_poll_interval_ms", generation)
+                else:
+                    membership.on_background_heartbeat(code, generation, member_id, now_ms)
+        target = membership.heartbeat_target()
+        if target is not None and keeper is None and not self._closed:
+            config = self.config
+            keeper = self._keeper = HeartbeatThread(
+                client_id=config.client_id, heartbeat_interval_ms=config.heartbeat_interval_ms,
+                max_poll_interval_ms=config.max_poll_interval_ms,
+                request_timeout_ms=config.request_timeout_ms)
+        if keeper is not None:
+            keeper.publish(target, membership.last_app_poll_ms or now_ms,
+                           membership.last_heartbeat_ms)
+
+    def _polled(self, now_ms: int) -> None:
+        self._sync_keeper(now_ms)  # a poll-timeout leave by the thread comes first
+        super()._polled(now_ms)

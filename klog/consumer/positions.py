@@ -9,7 +9,9 @@ Per assigned partition, two offsets (Kafka's SubscriptionState):
 
 A partition without a position has a *reset* pending: ``EARLIEST``, ``LATEST`` or a timestamp,
 resolved with ListOffsets; ``auto_offset_reset="none"`` leaves it without one, and poll raises
-NoOffsetForPartitionError. ``generation`` counts seeks and reassignments, so answers to
+NoOffsetForPartitionError. A consumer with a group starts new partitions at ``COMMITTED``: the
+group's committed offset is fetched first (OffsetFetch), and only a partition without one
+falls back to the default reset. ``generation`` counts seeks and reassignments, so answers to
 requests sent before one are recognized as stale and dropped.
 """
 
@@ -20,6 +22,7 @@ from collections.abc import Iterable
 from klog.types import TopicPartition
 
 EARLIEST, LATEST = -2, -1
+COMMITTED = "committed"  # not a ListOffsets timestamp: looked up with OffsetFetch
 RESETS = {"earliest": EARLIEST, "latest": LATEST, "none": None}
 
 
@@ -27,7 +30,7 @@ class PartitionState:
     __slots__ = ("position", "fetch_offset", "reset", "high_watermark", "log_start_offset",
                  "paused", "fetching", "buffered", "generation")
 
-    def __init__(self, reset: int | None):
+    def __init__(self, reset: int | str | None):
         self.position: int | None = None
         self.fetch_offset: int | None = None
         self.reset = reset
@@ -50,12 +53,14 @@ class Assignment:
         self.states: dict[TopicPartition, PartitionState] = {}
         self.generation = 0
 
-    def assign(self, partitions: Iterable[TopicPartition]) -> None:
-        """Replace the assignment; kept partitions keep their positions."""
+    def assign(self, partitions: Iterable[TopicPartition], reset: int | str | None = None
+               ) -> None:
+        """Replace the assignment; kept partitions keep their positions, new ones start at
+        ``reset`` (default: the consumer's auto_offset_reset)."""
         wanted = [TopicPartition(*tp) for tp in partitions]
+        start = self.default_reset if reset is None else reset
         self.generation += 1
-        self.states = {tp: self.states.get(tp) or PartitionState(self.default_reset)
-                       for tp in wanted}
+        self.states = {tp: self.states.get(tp) or PartitionState(start) for tp in wanted}
 
     def state(self, tp: TopicPartition) -> PartitionState:
         state = self.states.get(tp)
@@ -92,8 +97,20 @@ class Assignment:
             state.reset = None
 
     def needing_reset(self) -> list[tuple[TopicPartition, int]]:
+        """Partitions waiting for a ListOffsets answer (EARLIEST, LATEST, a timestamp)."""
         return [(tp, s.reset) for tp, s in self.states.items()
-                if s.position is None and s.reset is not None]
+                if s.position is None and s.reset is not None and s.reset != COMMITTED]
+
+    def needing_committed(self) -> list[TopicPartition]:
+        """Partitions waiting for their group's committed offset."""
+        return [tp for tp, s in self.states.items() if s.position is None and
+                s.reset == COMMITTED]
+
+    def no_commit(self, tp: TopicPartition) -> None:
+        """The group has no committed offset for ``tp``: fall back to the default reset."""
+        state = self.states.get(tp)
+        if state is not None and state.position is None and state.reset == COMMITTED:
+            state.reset = self.default_reset
 
     def without_position(self) -> list[TopicPartition]:
         """Partitions with neither a position nor a way to get one (reset "none")."""

@@ -8,16 +8,19 @@ Both I/O flavours drive the same object: :meth:`poll` returns the requests to se
 an error an answer left for the application. It composes the pieces: `Assignment`
 (positions), `Lookups` (ListOffsets), `Fetcher` (the data path), `ClusterMetadata`.
 
-Group membership (subscribe, commits) will sit beside this object and drive ``assign`` and
-``seek``; nothing here assumes an assign()-only consumer beyond the absence of that code.
+With a ``group_id`` it also drives a `GroupProtocol` (coordinator, membership, commits):
+the group's requests go out with the others, its answers are routed to it, and the group sets
+the assignment through :meth:`_apply_group_assignment`. Partitions assigned while there is a
+group start at their committed offsets (``COMMITTED``), as Kafka's consumer does.
 """
 
 from __future__ import annotations
 
 from klog.config import ConsumerConfig
 from klog.consumer.fetcher import Fetcher
+from klog.consumer.group import GROUP_APIS, GroupProtocol
 from klog.consumer.offsets import Lookups, OffsetLookup
-from klog.consumer.positions import EARLIEST, LATEST, RESETS, Assignment
+from klog.consumer.positions import COMMITTED, EARLIEST, LATEST, RESETS, Assignment
 from klog.errors import KlogError, NoOffsetForPartitionError
 from klog.metadata import NO_LEADER, ClusterMetadata
 from klog.outgoing import Outgoing
@@ -40,13 +43,28 @@ class ConsumerProtocol:
         self._lookups = Lookups(self.cluster, self.assignment, config.isolation, self._errors)
         self._fetcher = Fetcher(config, self.cluster, self.assignment, self._errors,
                                 self._backoff)
+        self.group: GroupProtocol | None = None
+        if config.group_id is not None:
+            self.group = GroupProtocol(config, self.cluster, self.assignment,
+                                       self._apply_group_assignment, self._errors)
 
     # the application's side ---------------------------------------------------------------
 
     def assign(self, partitions) -> None:
-        self.assignment.assign(partitions)
+        self.assignment.assign(partitions, reset=COMMITTED if self.group else None)
         self._fetcher.drop_unassigned()
         self.cluster.want(self.assignment.topics())
+
+    def _apply_group_assignment(self, partitions: frozenset[TopicPartition]) -> None:
+        self.assign(sorted(partitions))
+
+    def address_of(self, node: int) -> tuple[str, int] | None:
+        """Where a node listens: the group coordinator's own answer first (it may come
+        before any metadata), then the metadata."""
+        group = self.group
+        if group is not None and node == group.coordinator.node:
+            return group.coordinator.address
+        return self.cluster.address_of(node)
 
     def seek(self, tp: TopicPartition, offset: int) -> None:
         self.assignment.seek(tp, offset)
@@ -90,10 +108,15 @@ class ConsumerProtocol:
     # the I/O side -------------------------------------------------------------------------
 
     def poll(self, now_ms: int) -> list[Outgoing]:
-        out: list[Outgoing] = []
+        group = self.group
+        out: list[Outgoing] = [] if group is None else group.poll(now_ms)  # may want metadata
+        all_topics = group is not None and group.subscribed.wants_all_topics
         due = self.cluster.refresh_due_ms(now_ms)
-        if due is not None and due <= now_ms and self.cluster.wanted:
-            out.append(Outgoing(None, metadata, self.cluster.build_request(now_ms)))
+        if due is not None and due <= now_ms and (self.cluster.wanted or all_topics):
+            body = self.cluster.build_request(now_ms)
+            if all_topics:
+                body.topics = None  # every topic: a pattern is matched against them all
+            out.append(Outgoing(None, metadata, body))
         self._lookups.start_resets()
         out.extend(self._lookups.requests(now_ms, self._node_ready))
         out.extend(self._fetcher.requests(now_ms, self._node_ready))
@@ -102,8 +125,13 @@ class ConsumerProtocol:
     def next_poll_ms(self, now_ms: int) -> int:
         candidates = [now_ms + IDLE_POLL_MS]
         due = self.cluster.refresh_due_ms(now_ms)
-        if due is not None and self.cluster.wanted:
+        group = self.group
+        if due is not None and (self.cluster.wanted or group and group.subscribed.active):
             candidates.append(due)
+        if group is not None:
+            group_due = group.next_poll_ms(now_ms)
+            if group_due is not None:
+                candidates.append(group_due)
         candidates.extend(t for t in self._backoff.values() if t > now_ms)
         return max(now_ms, min(candidates))
 
@@ -113,6 +141,10 @@ class ConsumerProtocol:
     def on_response(self, request: Outgoing, response, now_ms: int) -> None:
         if request.api is metadata:
             self.cluster.update(response, now_ms)
+            if self.group is not None:
+                self.group.on_metadata(response)
+        elif request.api in GROUP_APIS:
+            self.group.on_response(request, response, now_ms)  # type: ignore[union-attr]
         elif request.api is list_offsets:
             self._lookups.on_response(request, response)
         else:
@@ -125,6 +157,8 @@ class ConsumerProtocol:
         self.cluster.mark_stale()
         if request.api is metadata:
             self.cluster.failed(now_ms, str(error))
+        elif request.api in GROUP_APIS:
+            self.group.on_failure(request, error, now_ms)  # type: ignore[union-attr]
         elif request.api is list_offsets:
             self._lookups.on_failure(request)
         else:

@@ -11,10 +11,12 @@ import klog.aio
 from klog.config import ConsumerConfig, ProducerConfig
 
 PUBLIC = [
-    "Admin", "BrokerUnavailableError", "ClosedError", "Consumer", "ConsumerRecord", "ErrorCode",
+    "Admin", "BrokerUnavailableError", "ClosedError", "CommitFailedError", "Consumer",
+    "ConsumerRecord", "ErrorCode",
     "FutureRecordMetadata", "FutureRecordMetadataList", "KafkaError", "KafkaTimeoutError",
     "KlogError", "MessageSizeTooLargeError", "NoOffsetForPartitionError",
-    "NotLeaderOrFollowerError", "OffsetAndTimestamp", "OffsetOutOfRangeError",
+    "NotLeaderOrFollowerError", "OffsetAndMetadata", "OffsetAndTimestamp",
+    "OffsetOutOfRangeError",
     "OutOfOrderSequenceNumberError", "PartitionInfo", "Producer", "RecordMetadata",
     "RequestTimedOutError", "TopicAlreadyExistsError", "TopicDescription", "TopicPartition",
     "UnknownTopicOrPartitionError", "UnsupportedVersionError",
@@ -25,7 +27,9 @@ SAME_METHODS = {
     "Producer": ["send", "send_batch", "flush", "close"],
     "Consumer": ["assign", "assignment", "seek", "seek_to_beginning", "seek_to_end", "position",
                  "offsets_for_times", "beginning_offsets", "end_offsets", "poll", "close",
-                 "partitions_for_topic", "pause", "resume", "paused", "highwater"],
+                 "partitions_for_topic", "pause", "resume", "paused", "highwater",
+                 "subscribe", "subscription", "unsubscribe", "commit", "commit_async",
+                 "committed"],
 }
 
 

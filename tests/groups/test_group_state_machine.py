@@ -256,3 +256,20 @@ def test_records_replay_to_the_latest_value_and_snapshots_restate_it():
     again = LoadedPartition()
     again.apply_all(snapshot_records([rebuilt], loaded.offsets))
     assert again.offsets == loaded.offsets and again.groups == loaded.groups
+
+
+def test_a_static_restart_with_new_subscription_bytes_but_the_same_protocol_does_not_rebalance():
+    both = (("range", b"gen-1"), ("roundrobin", b"gen-1"))
+    group = new_group()
+    a = join(group, 0, instance="i-a", protocols=both)
+    a_id = a.last.member_id
+    b = join(group, 1, instance="i-b", protocols=both)
+    join(group, 2, a_id, instance="i-a", protocols=both)
+    sync(group, 3, b.last.member_id, 2)
+    sync(group, 3, a_id, 2, {a_id: b"A", b.last.member_id: b"B"})
+    assert group.protocol == "range"
+    again = join(group, 50, instance="i-b", protocols=(("range", b"gen-2"),
+                                                       ("roundrobin", b"gen-2"))).last
+    assert again.error is ErrorCode.NONE and group.state is S.STABLE
+    moved = join(group, 60, instance="i-a", protocols=(("roundrobin", b""),)).last
+    assert moved is None and group.state is S.PREPARING_REBALANCE  # the protocol would change

@@ -217,7 +217,9 @@ class Group:
         member.awaiting_join = respond
 
     def _rejoin_static(self, instance_id, details, respond, now_ms) -> None:
-        """A known group.instance.id with no member id: the same consumer, restarted."""
+        """A known group.instance.id with no member id: the same consumer, restarted. Its
+        subscription bytes may differ (v2+ carries the generation it last saw); what matters,
+        as in Kafka, is whether the group would choose another protocol."""
         old_id = self.static[instance_id]
         old = self.members.pop(old_id)
         for waiting, answer in ((old.awaiting_join, JoinResult(ErrorCode.FENCED_INSTANCE_ID,
@@ -225,7 +227,6 @@ class Group:
                                 (old.awaiting_sync, SyncResult(ErrorCode.FENCED_INSTANCE_ID))):
             if waiting is not None:
                 waiting(answer)
-        changed = old.protocols != details["protocols"]
         previous_leader = self.leader
         member = Member(new_member_id(details["client_id"]), instance_id, **details,
                         assignment=old.assignment)
@@ -233,7 +234,7 @@ class Group:
         self.static[instance_id] = member.member_id
         if self.leader == old_id:
             self.leader = member.member_id
-        if self.state is S.STABLE and not changed:
+        if self.state is S.STABLE and self.select_protocol() == self.protocol:
             # No rebalance: its old assignment waits for its SyncGroup. The leader id answered
             # is the old one, so a restarted leader does not compute a needless assignment.
             member.deadline_ms = now_ms + member.session_timeout_ms
