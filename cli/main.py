@@ -15,6 +15,7 @@ COMMANDS = {
     "dump-log": ("cli.dump_log", "print the batches (and records) of a segment file"),
     "produce": ("cli.produce", "send stdin lines to a topic, one message per line"),
     "consume": ("cli.consume", "print a topic's messages (kcat-style --format)"),
+    "groups": ("cli.groups", "list, describe, reset offsets of and delete consumer groups"),
 }
 
 

@@ -4,7 +4,8 @@ No network call: the region's name follows from the config, and everything shown
 liveness, restarts, partitions, offsets, sizes, rates) is what the supervisor and the workers
 publish there. Rates are the difference of two snapshots `--interval` seconds apart; messages
 out are estimated from bytes out and the partition's bytes per message in, because workers
-serve batches without counting the records inside them.
+serve batches without counting the records inside them. Consumer groups and their lag come
+from the reports the coordinating workers leave in their log dirs (cli/status_groups.py).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from appliance.config import ConfigError, load_config
 from appliance.shm.appliance_region import ApplianceRegion
 from appliance.shm.region import RegionError
 from appliance.shm.status import rates
+from cli.status_groups import groups_tables, read_groups
 
 
 def add_arguments(parser) -> None:
@@ -28,6 +30,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--json", action="store_true", help="one JSON document")
     parser.add_argument("--interval", type=float, default=1.0,
                         help="seconds between the two snapshots that rates come from")
+    parser.add_argument("--verbose", "-v", action="store_true",
+                        help="also the lag of every partition of every consumer group")
 
 
 def run(args) -> int:
@@ -44,18 +48,20 @@ def run(args) -> int:
     finally:
         region.close()
     per_second = rates(before, after)
+    groups = read_groups(after.workers)
     if args.json:
         document = after.to_dict()
         for partition in document["partitions"]:
             key = (partition["topic"], partition["partition"])
             partition["rates"] = per_second.get(key, {})
+        document["groups"] = groups
         sys.stdout.buffer.write(orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n")
         return 0
-    _print(after, per_second)
+    _print(after, per_second, groups_tables(groups, verbose=args.verbose))
     return 0
 
 
-def _print(snapshot, per_second) -> None:
+def _print(snapshot, per_second, group_tables) -> None:
     console = Console() if sys.stdout.isatty() else Console(width=160)
     now = snapshot.taken_at_ms
     workers = Table(title=f"klog appliance (supervisor pid {snapshot.header.supervisor_pid})")
@@ -81,5 +87,7 @@ def _print(snapshot, per_second) -> None:
                            str(p.view.high_watermark), f"{p.view.size_bytes:,}",
                            f"{rate.get('records_in_per_s', 0):,.0f}", f"{out:,.0f}")
     console.print(partitions)
+    for table in group_tables:
+        console.print(table)
     for problem in snapshot.problems:
         console.print(f"[yellow]problem:[/] {problem}")

@@ -1,29 +1,51 @@
-"""klog.Admin: create, delete, list and describe topics; list offsets.
+"""klog.Admin: create, delete, list and describe topics; list offsets; inspect consumer groups,
+change their committed offsets while they are empty, and delete them.
 
 Example::
 
     with klog.Admin(bootstrap_servers="127.0.0.1:9092") as admin:
         admin.create_topic("clicks", partitions=6, configs={"retention.ms": "86400000"})
         print(admin.describe_topic("clicks").partitions)
+        print(admin.list_group_offsets("loader"))   # {TopicPartition: offset or None}
+
+Group calls go to the group's coordinator, found with FindCoordinator. A coordinator can be
+loading its groups, or the group can have moved (an appliance worker restarted); those answers
+are retried for ``COORDINATOR_WAIT_S`` before the error reaches the caller.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from klog.errors import KafkaError, raise_for
+from klog.admin_groups import GroupDescription, GroupListing, describe_group
+from klog.errors import BrokerUnavailableError, KafkaError, error_for, raise_for
 from klog.protocol.apis import (
     create_topics,
+    delete_groups,
     delete_topics,
     describe_configs,
+    describe_groups,
+    find_coordinator,
+    list_groups,
     list_offsets,
     metadata,
+    offset_commit,
+    offset_fetch,
 )
 from klog.protocol.errors import ErrorCode
+from klog.types import TopicPartition
 from klog.wire import BrokerConnection, connect_any
 
 TOPIC_RESOURCE = 2
 EARLIEST, LATEST = -2, -1
+GROUP_KEY = 0  # FindCoordinator key_type of a consumer group
+COORDINATOR_WAIT_S = 5.0
+COORDINATOR_BACKOFF_S = 0.1
+COORDINATOR_ERRORS = frozenset({ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                                ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                                ErrorCode.NOT_COORDINATOR})
 
 
 @dataclass(frozen=True)
@@ -52,7 +74,7 @@ class Admin:
         self._client_id = client_id
         self._conn = connect_any(bootstrap_servers, client_id=client_id,
                                  timeout_s=request_timeout_ms / 1000)
-        self._leaders: dict[int, BrokerConnection] = {}
+        self._nodes: dict[int, BrokerConnection] = {}
 
     def __enter__(self) -> Admin:
         return self
@@ -62,9 +84,9 @@ class Admin:
 
     def close(self) -> None:
         self._conn.close()
-        for conn in self._leaders.values():
+        for conn in self._nodes.values():
             conn.close()
-        self._leaders.clear()
+        self._nodes.clear()
 
     def _metadata(self, topics: list[str] | None):
         wanted = None if topics is None else [metadata.MetadataRequestTopic(name=t)
@@ -114,14 +136,20 @@ class Admin:
         return {c.name: c.value for c in result.configs}
 
     def _leader_connection(self, node_id: int, brokers) -> BrokerConnection:
-        if node_id not in self._leaders:
-            broker = next((b for b in brokers if b.node_id == node_id), None)
-            if broker is None:
-                raise KafkaError(ErrorCode.LEADER_NOT_AVAILABLE, f"node {node_id} is unknown")
-            self._leaders[node_id] = BrokerConnection(
-                broker.host, broker.port, client_id=self._client_id,
-                timeout_s=self._timeout_ms / 1000)
-        return self._leaders[node_id]
+        broker = next((b for b in brokers if b.node_id == node_id), None)
+        if broker is None:
+            raise KafkaError(ErrorCode.LEADER_NOT_AVAILABLE, f"node {node_id} is unknown")
+        return self._node(node_id, broker.host, broker.port)
+
+    def _node(self, node_id: int, host: str, port: int) -> BrokerConnection:
+        """The open connection to a node, made (again) when missing, closed or moved."""
+        conn = self._nodes.get(node_id)
+        if conn is None or conn.closed or conn.address != f"{host}:{port}":
+            if conn is not None:
+                conn.close()
+            conn = self._nodes[node_id] = BrokerConnection(
+                host, port, client_id=self._client_id, timeout_s=self._timeout_ms / 1000)
+        return conn
 
     def list_offsets(self, topic: str, timestamp: int = LATEST) -> dict[int, int]:
         """Offset per partition: LATEST (-1, the high watermark), EARLIEST (-2), or the first
@@ -146,3 +174,132 @@ class Admin:
                               broker=conn.address)
                     offsets[p.partition_index] = p.offset
         return dict(sorted(offsets.items()))
+
+    # -- consumer groups ----------------------------------------------------------------------
+
+    def _on_coordinator(self, group_id: str, ask: Callable[[BrokerConnection], tuple]):
+        """``ask(conn) -> (answer, error_code)`` on the coordinator of ``group_id``; returns
+        ``(coordinator node id, answer)``. Coordinator errors and a lost connection are retried
+        for COORDINATOR_WAIT_S; any other error code raises KafkaError."""
+        deadline = time.monotonic() + COORDINATOR_WAIT_S
+        while True:
+            found = self._conn.call(find_coordinator, key=group_id, key_type=GROUP_KEY)
+            code, message, where = found.error_code, found.error_message, self._conn.address
+            if code == ErrorCode.NONE:
+                try:
+                    conn = self._node(found.node_id, found.host, found.port)
+                    answer, code = ask(conn)
+                    message, where = None, conn.address
+                except BrokerUnavailableError:
+                    if time.monotonic() >= deadline:
+                        raise
+                    code = ErrorCode.COORDINATOR_NOT_AVAILABLE
+                if code == ErrorCode.NONE:
+                    return found.node_id, answer
+            if code not in COORDINATOR_ERRORS or time.monotonic() >= deadline:
+                raise error_for(code, f"group {group_id!r}" + (f": {message}" if message
+                                                                else ""), broker=where)
+            time.sleep(COORDINATOR_BACKOFF_S)
+
+    def list_groups(self) -> list[GroupListing]:
+        """Every group of every node (each coordinator lists only its own groups)."""
+        answer = self._conn.call(metadata, topics=[], allow_auto_topic_creation=False)
+        listings = []
+        for broker in answer.brokers:
+            conn = self._node(broker.node_id, broker.host, broker.port)
+            reply = conn.call(list_groups)
+            raise_for(reply.error_code, broker=conn.address)
+            listings += [GroupListing(g.group_id, g.protocol_type, broker.node_id)
+                         for g in reply.groups]
+        return sorted(listings)
+
+    def describe_groups(self, group_ids: Iterable[str]) -> dict[str, GroupDescription]:
+        """State, protocol and members (with decoded subscriptions and assignments) per group;
+        a group nobody knows comes back in state "Dead" with no members, as from Kafka."""
+        def ask(conn, group_id):
+            reply = conn.call(describe_groups, groups=[group_id],
+                              include_authorized_operations=False)
+            (described,) = reply.groups
+            return described, described.error_code
+
+        described = {}
+        for group_id in group_ids:
+            node, answer = self._on_coordinator(group_id, lambda c, g=group_id: ask(c, g))
+            described[group_id] = describe_group(answer, node)
+        return described
+
+    def list_group_offsets(self, group_id: str,
+                           partitions: Iterable[TopicPartition] | None = None
+                           ) -> dict[TopicPartition, int | None]:
+        """The group's committed offsets: of ``partitions``, or of every partition it has
+        committed (None: nothing committed for that partition)."""
+        wanted = None
+        if partitions is not None:
+            by_topic: dict[str, list[int]] = {}
+            for topic, partition in partitions:
+                by_topic.setdefault(topic, []).append(partition)
+            wanted = [offset_fetch.OffsetFetchRequestTopic(name=t, partition_indexes=ps)
+                      for t, ps in by_topic.items()]
+
+        def ask(conn):
+            reply = conn.call(offset_fetch, group_id=group_id, topics=wanted)
+            return reply, reply.error_code
+
+        _, reply = self._on_coordinator(group_id, ask)
+        offsets = {}
+        for topic in reply.topics:
+            for p in topic.partitions:
+                raise_for(p.error_code, f"group {group_id!r}", topic=topic.name,
+                          partition=p.partition_index)
+                offsets[TopicPartition(topic.name, p.partition_index)] = (
+                    None if p.committed_offset < 0 else p.committed_offset)
+        return dict(sorted(offsets.items()))
+
+    def alter_group_offsets(self, group_id: str, offsets: dict[TopicPartition, int]) -> None:
+        """Commit ``offsets`` for a group that has no members (an administrator's commit,
+        generation -1). Raises KafkaError NON_EMPTY_GROUP while the group has members (the
+        coordinator answers UNKNOWN_MEMBER_ID: only members may commit then), and KafkaError
+        for a partition that does not exist."""
+        by_topic: dict[str, list] = {}
+        for (topic, partition), offset in offsets.items():
+            by_topic.setdefault(topic, []).append(offset_commit.OffsetCommitRequestPartition(
+                partition_index=partition, committed_offset=offset, committed_leader_epoch=-1,
+                committed_metadata=""))
+        topics = [offset_commit.OffsetCommitRequestTopic(name=t, partitions=ps)
+                  for t, ps in by_topic.items()]
+
+        def ask(conn):
+            reply = conn.call(offset_commit, group_id=group_id, generation_id_or_member_epoch=-1,
+                              member_id="", group_instance_id=None, retention_time_ms=-1,
+                              topics=topics)
+            codes = [p.error_code for t in reply.topics for p in t.partitions]
+            return reply, next((c for c in codes if c in COORDINATOR_ERRORS), ErrorCode.NONE)
+
+        _, reply = self._on_coordinator(group_id, ask)
+        for topic in reply.topics:
+            for p in topic.partitions:
+                if p.error_code == ErrorCode.UNKNOWN_MEMBER_ID:
+                    raise KafkaError(ErrorCode.NON_EMPTY_GROUP,
+                                     f"group {group_id!r} has members; its offsets can be "
+                                     "changed only while it is empty (stop its consumers)")
+                raise_for(p.error_code, f"group {group_id!r}", topic=topic.name,
+                          partition=p.partition_index)
+
+    def delete_groups(self, group_ids: Iterable[str]) -> dict[str, KafkaError | None]:
+        """Delete empty groups with their committed offsets. Per group: None when deleted, or
+        the KafkaError (NON_EMPTY_GROUP, GROUP_ID_NOT_FOUND, ...) that kept it."""
+        def ask(conn, group_id):
+            (result,) = conn.call(delete_groups, groups_names=[group_id]).results
+            code = result.error_code
+            return code, code if code in COORDINATOR_ERRORS else ErrorCode.NONE
+
+        results: dict[str, KafkaError | None] = {}
+        for group_id in group_ids:
+            try:
+                _, code = self._on_coordinator(group_id, lambda c, g=group_id: ask(c, g))
+            except KafkaError as exc:
+                results[group_id] = exc
+                continue
+            results[group_id] = None if code == ErrorCode.NONE else error_for(
+                code, f"group {group_id!r}")
+        return results
