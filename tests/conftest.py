@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -147,6 +148,21 @@ class Appliance:
 
     def log_text(self) -> str:
         return self.stderr_path.read_text()
+
+
+# Consumer groups form at once instead of after Kafka's 3 s initial rebalance delay.
+FAST_GROUPS = {"group.initial.rebalance.delay.ms": "0"}
+
+
+@contextlib.contextmanager
+def running_appliance(workdir: Path, **kwargs):
+    """An appliance for a whole test module (``yield from`` it in a module-scoped fixture)."""
+    appliance = Appliance(workdir, **kwargs)
+    appliance.start()
+    try:
+        yield appliance
+    finally:
+        appliance.stop()
 
 
 @pytest.fixture

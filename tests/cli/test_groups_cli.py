@@ -20,7 +20,7 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 import klog
-from tests.conftest import REPO, Appliance
+from tests.conftest import FAST_GROUPS, REPO, running_appliance
 
 pytestmark = pytest.mark.interop
 
@@ -32,11 +32,9 @@ _names = itertools.count()
 @pytest.fixture(scope="module")
 def appliance(tmp_path_factory):
     """Two workers (two coordinators), and no initial rebalance delay, to keep joins quick."""
-    started = Appliance(tmp_path_factory.mktemp("groups-cli"), log_dirs=2,
-                        settings={"group.initial.rebalance.delay.ms": "0"})
-    started.start()
-    yield started
-    started.stop()
+    with running_appliance(tmp_path_factory.mktemp("groups-cli"), log_dirs=2,
+                           settings=FAST_GROUPS) as started:
+        yield started
 
 
 def klog_cli(*args, timeout=60):

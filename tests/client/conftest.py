@@ -7,17 +7,15 @@ import itertools
 import pytest
 
 import klog
-from tests.conftest import Appliance
+from tests.conftest import running_appliance
 
 _names = itertools.count()
 
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
-    appliance = Appliance(tmp_path_factory.mktemp("client-appliance"))
-    appliance.start()
-    yield appliance
-    appliance.stop()
+    with running_appliance(tmp_path_factory.mktemp("client-appliance")) as appliance:
+        yield appliance
 
 
 @pytest.fixture

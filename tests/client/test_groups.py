@@ -15,9 +15,8 @@ import klog
 import klog.aio
 from klog import TopicPartition as TP
 from tests.client.test_cli import klog_cli
-from tests.conftest import Appliance
+from tests.conftest import FAST_GROUPS, running_appliance
 
-FAST_GROUPS = {"group.initial.rebalance.delay.ms": "0"}
 FAST = dict(session_timeout_ms=6000, heartbeat_interval_ms=300, auto_offset_reset="earliest",
             request_timeout_ms=10_000)
 _names = itertools.count()
@@ -25,11 +24,9 @@ _names = itertools.count()
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
-    appliance = Appliance(tmp_path_factory.mktemp("groups-appliance"), log_dirs=2,
-                          settings=FAST_GROUPS)
-    appliance.start()
-    yield appliance
-    appliance.stop()
+    with running_appliance(tmp_path_factory.mktemp("groups-appliance"), log_dirs=2,
+                           settings=FAST_GROUPS) as appliance:
+        yield appliance
 
 
 @pytest.fixture

@@ -14,14 +14,13 @@ import pytest
 
 from klog.protocol.apis import find_coordinator
 from klog.wire import connect_any
-from tests.conftest import require_binary
+from tests.conftest import FAST_GROUPS, require_binary
 from tests.groups.members import MemberProcess, overlaps, wait_until
 from tests.interop.helpers import create_topic
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
 SESSION_MS = 6000
-FAST_GROUPS = {"group.initial.rebalance.delay.ms": "0"}
 
 
 @pytest.fixture
