@@ -11,8 +11,14 @@ A partition without a position has a *reset* pending: ``EARLIEST``, ``LATEST`` o
 resolved with ListOffsets; ``auto_offset_reset="none"`` leaves it without one, and poll raises
 NoOffsetForPartitionError. A consumer with a group starts new partitions at ``COMMITTED``: the
 group's committed offset is fetched first (OffsetFetch), and only a partition without one
-falls back to the default reset. ``generation`` counts seeks and reassignments, so answers to
-requests sent before one are recognized as stale and dropped.
+falls back to the default reset. ``generation`` tells one life of a partition's position
+from the next: answers to requests sent before a seek, a reset or a reassignment (a Fetch in
+flight, a buffered fetch, a ListOffsets or OffsetFetch for the start position) carry an older
+one and are dropped as stale. It is drawn from one counter for the whole assignment, never
+per partition: a partition revoked and assigned again (every eager rebalance that keeps it)
+gets a fresh state, whose generation must not repeat the old state's, or the old state's
+Fetch answer, asked for past records that the revocation dropped unread, would be taken as
+the new position's and those records skipped.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ class PartitionState:
     __slots__ = ("position", "fetch_offset", "reset", "high_watermark", "log_start_offset",
                  "paused", "fetching", "buffered", "generation")
 
-    def __init__(self, reset: int | str | None):
+    def __init__(self, reset: int | str | None, generation: int):
         self.position: int | None = None
         self.fetch_offset: int | None = None
         self.reset = reset
@@ -39,7 +45,7 @@ class PartitionState:
         self.paused = False
         self.fetching = False  # a Fetch for this partition is in flight
         self.buffered = 0  # completed fetches waiting in the consumer
-        self.generation = 0
+        self.generation = generation  # unique in the Assignment (see the module docstring)
 
     @property
     def fetchable(self) -> bool:
@@ -51,7 +57,7 @@ class Assignment:
     def __init__(self, default_reset: int | None):
         self.default_reset = default_reset
         self.states: dict[TopicPartition, PartitionState] = {}
-        self.generation = 0
+        self.generation = 0  # the last generation handed to a partition state
 
     def assign(self, partitions: Iterable[TopicPartition], reset: int | str | None = None
                ) -> None:
@@ -59,8 +65,8 @@ class Assignment:
         ``reset`` (default: the consumer's auto_offset_reset)."""
         wanted = [TopicPartition(*tp) for tp in partitions]
         start = self.default_reset if reset is None else reset
-        self.generation += 1
-        self.states = {tp: self.states.get(tp) or PartitionState(start) for tp in wanted}
+        self.states = {tp: self.states.get(tp) or PartitionState(start, self._next_generation())
+                       for tp in wanted}
 
     def state(self, tp: TopicPartition) -> PartitionState:
         state = self.states.get(tp)
@@ -83,9 +89,12 @@ class Assignment:
         state.position = state.fetch_offset = None
         state.reset = reset
 
-    def _moved(self, state: PartitionState) -> None:
+    def _next_generation(self) -> int:
         self.generation += 1
-        state.generation += 1
+        return self.generation
+
+    def _moved(self, state: PartitionState) -> None:
+        state.generation = self._next_generation()
         state.buffered = 0
         state.fetching = False  # an answer to the fetch in flight will be dropped as stale
 
