@@ -63,7 +63,8 @@ def test_kill_mid_send_loses_and_duplicates_nothing(appliance_factory, lose):
 
     def send_all():
         for i in range(TOTAL):
-            futures.append(producer.send("failover", b"%08d" % i))
+            # both partitions all the time: the victim always has batches in flight
+            futures.append(producer.send("failover", b"%08d" % i, partition=i % 2))
             if i == KILL_AT:  # from this thread: mid-burst, with batches in flight
                 kill()
                 killed.set()
@@ -73,7 +74,8 @@ def test_kill_mid_send_loses_and_duplicates_nothing(appliance_factory, lose):
     sender = threading.Thread(target=send_all)
     sender.start()
     assert killed.wait(60)
-    acked_before = sum(1 for f in futures[:KILL_AT] if f.done())
+    acked_early = {i for i, f in enumerate(futures[:KILL_AT]) if f.done()}
+    acked_before = len(acked_early)
     if lose == "worker":
         wait_for_new_worker(appliance, victim)
     else:
@@ -94,7 +96,12 @@ def test_kill_mid_send_loses_and_duplicates_nothing(appliance_factory, lose):
             failed.append(exc)
     print(f"\nkilled ({lose}) after {KILL_AT + 1} sends ({acked_before} acknowledged); "
           f"{len(succeeded)} succeeded, {len(failed)} failed, {retries} batch retries")
-    assert retries > 0, "nothing was retried: the kill went unnoticed"
+    # The kill fell mid-stream for the lost partition (1): some of its records were
+    # acknowledged by the process that died, and more by the one that replaced it. Whether a
+    # batch was in flight at that instant (retries) depends on timing.
+    victims = [i for i in range(1, TOTAL, 2) if b"%08d" % i in succeeded]
+    assert any(i in acked_early for i in victims), "the victim acknowledged nothing before"
+    assert any(i not in acked_early for i in victims), "nothing reached the replacement"
 
     log = read_all(appliance.bootstrap, "failover", TOTAL * 2, timeout_s=3)  # all of it
     counts = Counter(r.value for r in log)
