@@ -107,6 +107,8 @@ def test_four_clients_share_a_topic_and_survive_a_kill(appliance, tmp_path):
 
         wait_until(moved, SESSION_MS / 1000 + 10, f"partitions {sorted(lost)} to move")
         moved_after = time.monotonic() - victim.killed_at
+        print(f"\npartitions {sorted(lost)} moved {moved_after:.2f} s after the kill "
+              f"(session timeout {SESSION_MS / 1000:.0f} s)")
         assert moved_after < SESSION_MS / 1000 + 8, describe(members)
         time.sleep(2)
         producer.stop()
