@@ -6,6 +6,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 APT_PACKAGES := kcat systemd
+# Spark 4 (tests/pipeline, the load in `make run`) needs Java 17 or 21; bookworm has 17
+JDK_PACKAGE := openjdk-17-jre-headless
 PYTEST_ARGS ?=
 
 .PHONY: all run test lint deps venv soak perf clean
@@ -20,12 +22,15 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-# Debian packages the interop tests talk to; installed only when missing.
+# Debian packages the interop tests talk to, and a JDK when there is no java at all;
+# installed only when missing (slim images lack the man dir the JDK's postinst links into).
 deps:
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	command -v java >/dev/null 2>&1 || missing="$$missing $(JDK_PACKAGE)"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO mkdir -p /usr/share/man/man1; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
 	fi
 

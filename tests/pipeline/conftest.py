@@ -1,0 +1,74 @@
+"""One real local Spark (``local[2]``) and one real appliance for the whole directory: Spark
+takes several seconds to start, so every test shares the session; topics are unique per test.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+import klog
+from tests.conftest import Appliance, require_binary
+
+_names = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def spark():
+    require_binary("java")
+    from pipeline.session import open_session
+
+    session = open_session("local[2]", app_name="klog-tests",
+                           conf={"spark.sql.shuffle.partitions": "2"})
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory):
+    """Two workers (two disks), and retention checked every 200 ms for the data-loss tests."""
+    appliance = Appliance(tmp_path_factory.mktemp("pipeline-appliance"), log_dirs=2,
+                          settings={"log.retention.check.interval.ms": "200"})
+    appliance.start()
+    yield appliance
+    appliance.stop()
+
+
+@pytest.fixture
+def topic_factory(broker):
+    """``make(partitions=6, **configs) -> name``: a fresh topic on the directory's appliance."""
+
+    def make(partitions: int = 6, prefix: str = "clicks", **configs) -> str:
+        name = f"{prefix}-{next(_names)}"
+        with klog.Admin(broker.bootstrap) as admin:
+            admin.create_topic(name, partitions,
+                               configs={k.replace("_", "."): str(v) for k, v in configs.items()})
+        return name
+
+    return make
+
+
+@pytest.fixture
+def load_hourly(spark, broker):
+    """``load(topic, warehouse, *args, now=Hour|ms) -> (status, output)``: `klog load-hourly`
+    parsed by the real command line and run in-process on the shared Spark session."""
+    import io
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from cli.main import build_parser
+    from pipeline import arguments
+    from pipeline.hours import Hour
+
+    def load(topic: str, warehouse: Path, *args: str, now) -> tuple[int, str]:
+        now_ms = now.end_ms + 61_000 if isinstance(now, Hour) else now
+        argv = ["load-hourly", "-b", broker.bootstrap, "-t", topic, "--warehouse",
+                str(warehouse), "--now", str(now_ms), *args]
+        out = io.StringIO()
+        status = arguments.run(build_parser().parse_args(argv), spark=spark,
+                               console=Console(file=out, width=120))
+        return status, out.getvalue()
+
+    return load
