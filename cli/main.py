@@ -16,6 +16,7 @@ COMMANDS = {
     "produce": ("cli.produce", "send stdin lines to a topic, one message per line"),
     "consume": ("cli.consume", "print a topic's messages (kcat-style --format)"),
     "groups": ("cli.groups", "list, describe, reset offsets of and delete consumer groups"),
+    "load-hourly": ("cli.load_hourly", "load hours of a topic into the Parquet warehouse (Spark)"),
 }
 
 
