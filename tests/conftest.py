@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import signal
 import socket
@@ -163,6 +164,23 @@ def running_appliance(workdir: Path, **kwargs):
         yield appliance
     finally:
         appliance.stop()
+
+
+def topic_maker(bootstrap: str, partitions: int = 1, prefix: str = "topic"):
+    """``make(partitions, prefix, **configs) -> name``: a fresh topic (unique name) created with
+    klog.Admin, for fixtures that share one appliance across tests."""
+    import klog
+
+    names = itertools.count()
+
+    def make(partitions: int = partitions, prefix: str = prefix, **configs) -> str:
+        name = f"{prefix}-{next(names)}"
+        with klog.Admin(bootstrap) as admin:
+            admin.create_topic(name, partitions,
+                               configs={k.replace("_", "."): str(v) for k, v in configs.items()})
+        return name
+
+    return make
 
 
 @pytest.fixture

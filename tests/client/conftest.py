@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import itertools
-
 import pytest
 
 import klog
-from tests.conftest import running_appliance
-
-_names = itertools.count()
+from tests.conftest import running_appliance, topic_maker
 
 
 @pytest.fixture(scope="module")
@@ -18,18 +14,10 @@ def broker(tmp_path_factory):
         yield appliance
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def topic_factory(broker):
     """``make(partitions=1, **configs) -> name``: a fresh topic on the module's appliance."""
-
-    def make(partitions: int = 1, prefix: str = "topic", **configs) -> str:
-        name = f"{prefix}-{next(_names)}"
-        with klog.Admin(broker.bootstrap) as admin:
-            admin.create_topic(name, partitions,
-                               configs={k.replace("_", "."): str(v) for k, v in configs.items()})
-        return name
-
-    return make
+    return topic_maker(broker.bootstrap)
 
 
 def read_all(bootstrap: str, topic: str, count: int, *, partitions=None, timeout_s=30.0,

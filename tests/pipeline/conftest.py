@@ -4,14 +4,9 @@ takes several seconds to start, so every test shares the session; topics are uni
 
 from __future__ import annotations
 
-import itertools
-
 import pytest
 
-import klog
-from tests.conftest import Appliance, require_binary
-
-_names = itertools.count()
+from tests.conftest import require_binary, running_appliance, topic_maker
 
 
 @pytest.fixture(scope="session")
@@ -28,25 +23,15 @@ def spark():
 @pytest.fixture(scope="session")
 def broker(tmp_path_factory):
     """Two workers (two disks), and retention checked every 200 ms for the data-loss tests."""
-    appliance = Appliance(tmp_path_factory.mktemp("pipeline-appliance"), log_dirs=2,
-                          settings={"log.retention.check.interval.ms": "200"})
-    appliance.start()
-    yield appliance
-    appliance.stop()
+    with running_appliance(tmp_path_factory.mktemp("pipeline-appliance"), log_dirs=2,
+                           settings={"log.retention.check.interval.ms": "200"}) as appliance:
+        yield appliance
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def topic_factory(broker):
     """``make(partitions=6, **configs) -> name``: a fresh topic on the directory's appliance."""
-
-    def make(partitions: int = 6, prefix: str = "clicks", **configs) -> str:
-        name = f"{prefix}-{next(_names)}"
-        with klog.Admin(broker.bootstrap) as admin:
-            admin.create_topic(name, partitions,
-                               configs={k.replace("_", "."): str(v) for k, v in configs.items()})
-        return name
-
-    return make
+    return topic_maker(broker.bootstrap, partitions=6, prefix="clicks")
 
 
 @pytest.fixture
