@@ -107,8 +107,9 @@ class Appliance:
         except RegionError:
             return False
         try:
-            workers = region.snapshot().workers
-            return all(w.pid > 0 and w.state == WorkerState.SERVING for w in workers)
+            workers = region.snapshot().workers  # only the slots the supervisor has filled
+            return len(workers) == len(self.log_dirs) and all(
+                w.pid > 0 and w.state == WorkerState.SERVING for w in workers)
         finally:
             region.close()
 
