@@ -96,12 +96,13 @@ def test_kill_mid_send_loses_and_duplicates_nothing(appliance_factory, lose):
             failed.append(exc)
     print(f"\nkilled ({lose}) after {KILL_AT + 1} sends ({acked_before} acknowledged); "
           f"{len(succeeded)} succeeded, {len(failed)} failed, {retries} batch retries")
-    # The kill fell mid-stream for the lost partition (1): some of its records were
-    # acknowledged by the process that died, and more by the one that replaced it. Whether a
-    # batch was in flight at that instant (retries) depends on timing.
+    # The kill fell mid-stream for the lost partition (1): batches were in flight and retried,
+    # or some of its records were acknowledged by the process that died and more by the one
+    # that replaced it. Which of the two happens depends on timing.
     victims = [i for i in range(1, TOTAL, 2) if b"%08d" % i in succeeded]
-    assert any(i in acked_early for i in victims), "the victim acknowledged nothing before"
-    assert any(i not in acked_early for i in victims), "nothing reached the replacement"
+    spanned = (any(i in acked_early for i in victims) and
+               any(i not in acked_early for i in victims))
+    assert retries > 0 or spanned, "the kill went unnoticed: nothing retried, nothing spanned"
 
     log = read_all(appliance.bootstrap, "failover", TOTAL * 2, timeout_s=3)  # all of it
     counts = Counter(r.value for r in log)
