@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import re
+
 from klog.protocol.apis import fetch, init_producer_id, list_offsets, metadata, produce
+from klog.types import TopicPartition
 
 
 def metadata_answer(topics: dict[str, int], nodes=(0,), leader=lambda t, p: 0, errors=None):
@@ -56,3 +59,8 @@ def fetch_answer(request, data: dict, hwm=100, error=0):
             records=data.get(tuple(tp), b"")))
     return fetch.Response(responses=[fetch.FetchableTopicResponse(topic=name, partitions=parts)
                                      for name, parts in topics.items()])
+
+
+def tps(spec: str) -> list[TopicPartition]:
+    """'t0p0 t1p1' -> [TopicPartition('t0', 0), TopicPartition('t1', 1)]"""
+    return [TopicPartition(m[1], int(m[2])) for m in re.finditer(r"(\w+?)p(\d+)", spec)]

@@ -1,21 +1,14 @@
-"""Consumer groups without a broker: the embedded ConsumerProtocol codec (against Kafka's
-schema and two other clients' own classes), the assignors (Kafka's documented examples and
-edge cases, properties of cooperative-sticky), and the member state machine driven by hand
-through the consumer's sans-IO protocol object."""
+"""The consumer's group membership state machine without a broker, driven by hand through
+the sans-IO protocol object."""
 
 from __future__ import annotations
 
-import json
 import re
 import struct
-from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from klog.config import ConsumerConfig, build
-from klog.consumer.assignors import ASSIGNORS, Member, rebalance_protocol
 from klog.consumer.group import Assign, CommitDone, Revoke
 from klog.consumer.protocol import ConsumerProtocol
 from klog.errors import CommitFailedError
@@ -31,8 +24,6 @@ from klog.protocol.apis import (
     sync_group,
 )
 from klog.protocol.consumer_protocol import (
-    ConsumerProtocolAssignment,
-    ConsumerProtocolSubscription,
     decode_assignment,
     decode_subscription,
     encode_assignment,
@@ -40,228 +31,9 @@ from klog.protocol.consumer_protocol import (
 )
 from klog.protocol.errors import ErrorCode
 from klog.types import OffsetAndMetadata, TopicPartition
-from tests.client.fakes import metadata_answer, offsets_answer
+from tests.client.fakes import metadata_answer, offsets_answer, tps
 
 TP = TopicPartition
-
-# the embedded protocol ----------------------------------------------------------------------
-
-
-def test_subscription_round_trips_and_drops_what_a_version_lacks():
-    for version in range(4):
-        data = encode_subscription(["b", "a"], b"u", {"a": [1, 0]}, generation_id=7,
-                                   rack_id="r1", version=version)
-        sub = decode_subscription(data)
-        assert (sub.version, sub.topics, sub.user_data) == (version, ["a", "b"], b"u")
-        assert sub.owned_partitions == ({"a": [0, 1]} if version >= 1 else {})
-        assert sub.generation_id == (7 if version >= 2 else -1)
-        assert sub.rack_id == ("r1" if version >= 3 else None)
-
-
-def test_decoding_is_lenient_like_kafka():
-    data = encode_subscription(["t"], None, [("t", 2)], generation_id=3)
-    newer = struct.pack(">h", 9) + data[2:] + b"\x00\x00\x00\x05future"
-    sub = decode_subscription(newer)
-    assert (sub.version, sub.topics, sub.owned_partitions, sub.generation_id) == (
-        3, ["t"], {"t": [2]}, 3)
-    assert decode_assignment(encode_assignment({"t": [0]}) + b"junk").partitions == {"t": [0]}
-    assert decode_assignment(b"").partitions == {}  # what a member left out receives
-
-
-def test_declarations_match_kafkas_schema():
-    """Kafka's ConsumerProtocol*.json travel with kafka-python; read them at test time."""
-    kafka = pytest.importorskip("kafka")
-    from tests.protocol.test_schema_vs_kafka import kafka_fields, our_fields
-
-    resources = Path(kafka.__file__).parent / "protocol" / "schemas" / "resources"
-    for cls in (ConsumerProtocolSubscription, ConsumerProtocolAssignment):
-        text = "\n".join(line for line in (resources / f"{cls.__name__}.json").read_text()
-                         .splitlines() if not line.lstrip().startswith("//"))
-        schema = json.loads(text)
-        assert schema["validVersions"] == "0-3" and schema["flexibleVersions"] == "none"
-        for version in range(4):
-            expected = kafka_fields(schema["fields"], version, False, {})
-            assert our_fields(cls, version, False, expected) == expected, (cls, version)
-
-
-def test_kafka_python_and_ours_read_each_other():
-    from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment as KAssignment
-    from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription as KSub
-
-    for version in range(4):
-        theirs = KSub(version=version, topics=["x", "y"], user_data=b"ud", owned_partitions=[
-            KSub.TopicPartition(topic="x", partitions=[3, 1])], generation_id=5, rack_id="r")
-        sub = decode_subscription(theirs.encode())
-        assert (sub.version, sub.topics, sub.user_data) == (version, ["x", "y"], b"ud")
-        assert sub.owned_partitions == ({"x": [3, 1]} if version else {})
-        back = KSub.decode(encode_subscription(["x"], None, [("x", 2)], generation_id=4,
-                                               version=version))
-        assert list(back.topics) == ["x"] and back.user_data is None
-        if version >= 1:
-            assert [(tp.topic, list(tp.partitions)) for tp in back.owned_partitions] == [
-                ("x", [2])]
-    theirs = KAssignment(version=1, assigned_partitions=[
-        KAssignment.TopicPartition(topic="t", partitions=[0, 2])], user_data=None)
-    assert decode_assignment(theirs.encode()).partitions == {"t": [0, 2]}
-    assert [(tp.topic, list(tp.partitions)) for tp in KAssignment.decode(
-        encode_assignment({"t": [4]}, b"x")).assigned_partitions] == [("t", [4])]
-
-
-def test_aiokafka_and_ours_read_each_other():
-    from aiokafka.coordinator.protocol import (
-        ConsumerProtocolMemberAssignment,
-        ConsumerProtocolMemberMetadata,
-    )
-
-    theirs = ConsumerProtocolMemberMetadata(0, ["a", "b"], b"").encode()
-    assert decode_subscription(theirs).topics == ["a", "b"]
-    ours = ConsumerProtocolMemberMetadata.decode(
-        encode_subscription(["a"], None, [("a", 1)], generation_id=2))  # v3: extra bytes
-    assert list(ours.subscription) == ["a"]
-    assigned = ConsumerProtocolMemberAssignment(0, [("t", [1, 2])], b"").encode()
-    assert decode_assignment(assigned).partitions == {"t": [1, 2]}
-    back = ConsumerProtocolMemberAssignment.decode(encode_assignment({"t": [5]}))
-    assert back.partitions() == [pytest.importorskip("aiokafka").TopicPartition("t", 5)]
-
-
-# the assignors ------------------------------------------------------------------------------
-
-
-def member(member_id, *topics, owned=(), generation=-1, instance=None) -> Member:
-    return Member(member_id, frozenset(topics), tuple(owned), generation, instance)
-
-
-def tps(spec: str) -> list[TopicPartition]:
-    """'t0p0 t1p1' -> [TP('t0', 0), TP('t1', 1)]"""
-    return [TP(m[1], int(m[2])) for m in re.finditer(r"(\w+?)p(\d+)", spec)]
-
-
-def run(name, members, counts):
-    return {m: sorted(p) for m, p in ASSIGNORS[name].assign(members, counts).items()}
-
-
-def test_range_kafka_example():
-    members = [member("C0", "t0", "t1"), member("C1", "t0", "t1")]
-    assert run("range", members, {"t0": 3, "t1": 3}) == {
-        "C0": sorted(tps("t0p0 t0p1 t1p0 t1p1")), "C1": sorted(tps("t0p2 t1p2"))}
-
-
-def test_roundrobin_kafka_examples():
-    members = [member("C0", "t0", "t1"), member("C1", "t0", "t1")]
-    assert run("roundrobin", members, {"t0": 3, "t1": 3}) == {
-        "C0": sorted(tps("t0p0 t0p2 t1p1")), "C1": sorted(tps("t0p1 t1p0 t1p2"))}
-    members = [member("C0", "t0"), member("C1", "t0", "t1"), member("C2", "t0", "t1", "t2")]
-    assert run("roundrobin", members, {"t0": 1, "t1": 2, "t2": 3}) == {
-        "C0": tps("t0p0"), "C1": tps("t1p0"), "C2": sorted(tps("t1p1 t2p0 t2p1 t2p2"))}
-
-
-@pytest.mark.parametrize("name", sorted(ASSIGNORS))
-def test_more_members_than_partitions(name):
-    members = [member(f"m{i}", "t") for i in range(4)]
-    result = run(name, members, {"t": 2})
-    assert sorted(tp for got in result.values() for tp in got) == tps("tp0 tp1")
-    assert sorted(len(got) for got in result.values()) == [0, 0, 1, 1]
-
-
-@pytest.mark.parametrize("name", sorted(ASSIGNORS))
-def test_unknown_topics_and_different_subscriptions(name):
-    members = [member("a", "t", "ghost"), member("b", "u")]
-    result = run(name, members, {"t": 2, "u": 1})
-    assert result == {"a": tps("tp0 tp1"), "b": tps("up0")}
-
-
-def test_static_members_come_first_in_java_order():
-    members = [member("a-dynamic", "t"), member("z-static", "t", instance="i1")]
-    assert run("range", members, {"t": 3}) == {"z-static": tps("tp0 tp1"),
-                                               "a-dynamic": tps("tp2")}
-
-
-def test_the_rebalance_protocol_is_cooperative_only_when_every_assignor_is():
-    assert rebalance_protocol(["cooperative-sticky"]) == "cooperative"
-    assert rebalance_protocol(["range", "cooperative-sticky"]) == "eager"
-    assert rebalance_protocol(["range", "roundrobin"]) == "eager"
-
-
-def test_sticky_kafka_example_keeps_what_survivors_own():
-    """Kafka's StickyAssignor javadoc: C1 leaves; C0 and C2 keep everything they had."""
-    counts = {"t0": 2, "t1": 2, "t2": 2, "t3": 2}
-    members = [member("C0", *counts, owned=tps("t0p0 t1p1 t3p0"), generation=1),
-               member("C2", *counts, owned=tps("t1p0 t2p1"), generation=1)]
-    assert run("cooperative-sticky", members, counts) == {
-        "C0": sorted(tps("t0p0 t1p1 t3p0 t2p0")), "C2": sorted(tps("t1p0 t2p1 t0p1 t3p1"))}
-
-
-def test_cooperative_sticky_moves_in_two_rebalances():
-    first = run("cooperative-sticky", [member("a", "t", owned=tps("tp0 tp1 tp2 tp3"),
-                                              generation=1), member("b", "t")], {"t": 4})
-    assert first == {"a": tps("tp2 tp3"), "b": []}  # b gets nothing while a still owns it
-    second = run("cooperative-sticky", [member("a", "t", owned=first["a"], generation=2),
-                                        member("b", "t", generation=2)], {"t": 4})
-    assert second == {"a": tps("tp2 tp3"), "b": tps("tp0 tp1")}
-
-
-def test_cooperative_sticky_contested_and_stale_claims():
-    members = [member("a", "t", owned=tps("tp0"), generation=3),
-               member("b", "t", owned=tps("tp0 tp1"), generation=3),  # both claim tp0
-               member("c", "t", owned=tps("tp1"), generation=2)]  # stale claim of tp1
-    result = run("cooperative-sticky", members, {"t": 3})
-    assert TP("t", 0) not in {tp for got in result.values() for tp in got}
-    assert TP("t", 1) in result["b"] and TP("t", 1) not in result["c"]
-
-
-@st.composite
-def groups(draw):
-    topics = {f"t{i}": draw(st.integers(0, 5)) for i in range(draw(st.integers(1, 3)))}
-    count = draw(st.integers(1, 5))
-    same = draw(st.booleans())
-    members = []
-    for i in range(count):
-        subscribed = sorted(topics) if same else draw(
-            st.lists(st.sampled_from(sorted(topics)), min_size=1, unique=True))
-        members.append(member(f"m{i}", *subscribed))
-    return members, topics
-
-
-def simulate(members, counts, rounds):
-    """Rebalance repeatedly as cooperative members would, each round's owners being what
-    the last round left them; returns the assignments of every round."""
-    history = []
-    owned = {m.member_id: list(m.owned) for m in members}
-    for generation in range(1, rounds + 1):
-        current = [m._replace(owned=tuple(owned[m.member_id]), generation=generation)
-                   for m in members]
-        result = ASSIGNORS["cooperative-sticky"].assign(current, counts)
-        for m in members:
-            mine = result[m.member_id]
-            assert not set(mine) - set(owned[m.member_id]) & {
-                tp for other, held in owned.items() if other != m.member_id for tp in held}
-            owned[m.member_id] = mine
-        history.append(result)
-    return history
-
-
-@settings(derandomize=True, max_examples=150, deadline=None)
-@given(groups())
-def test_cooperative_sticky_converges_to_a_balanced_valid_assignment(group):
-    members, counts = group
-    final = simulate(members, counts, rounds=3)[-1]
-    assigned = [tp for got in final.values() for tp in got]
-    assert len(assigned) == len(set(assigned))
-    by_id = {m.member_id: m for m in members}
-    for member_id, got in final.items():
-        assert all(tp.topic in by_id[member_id].topics for tp in got)
-    wanted = {TP(t, p) for m in members for t in m.topics for p in range(counts[t])}
-    assert set(assigned) == wanted
-    for got in final.values():  # balance: nothing could move to a 2-emptier peer
-        for tp in got:
-            assert all(len(final[o]) + 1 >= len(got) for o in final
-                       if tp.topic in by_id[o].topics)
-    if all(m.topics == members[0].topics for m in members):
-        sizes = [len(got) for got in final.values()]
-        assert max(sizes) - min(sizes) <= 1
-
-
-# the member state machine -------------------------------------------------------------------
 
 NOW = 1_000_000
 
