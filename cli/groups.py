@@ -15,8 +15,9 @@ from rich.console import Console
 from rich.table import Table
 
 from cli import groups_reset
-from klog.admin import LATEST, Admin
-from klog.errors import ErrorCode, KlogError, UnknownTopicOrPartitionError
+from cli.admin_action import run_action
+from klog.admin import LATEST
+from klog.errors import ErrorCode, UnknownTopicOrPartitionError
 
 
 def add_arguments(parser) -> None:
@@ -35,12 +36,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    try:
-        with Admin(args.bootstrap_server) as admin:
-            return ACTIONS[args.action](admin, args)
-    except (KlogError, ValueError) as exc:
-        print(f"klog: {exc}", file=sys.stderr)
-        return 1
+    return run_action(args, ACTIONS)
 
 
 def console() -> Console:

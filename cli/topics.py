@@ -8,8 +8,7 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
-from klog.admin import Admin
-from klog.errors import KlogError
+from cli.admin_action import run_action
 
 
 def add_arguments(parser) -> None:
@@ -41,12 +40,7 @@ def _configs(pairs: list[str]) -> dict[str, str]:
 
 
 def run(args) -> int:
-    try:
-        with Admin(args.bootstrap_server) as admin:
-            return ACTIONS[args.action](admin, args)
-    except (KlogError, ValueError) as exc:
-        print(f"klog: {exc}", file=sys.stderr)
-        return 1
+    return run_action(args, ACTIONS)
 
 
 def _create(admin, args) -> int:
