@@ -11,6 +11,7 @@ still loads.
 from __future__ import annotations
 
 import dataclasses
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -60,7 +61,11 @@ class BrokerConfig:
     auto_create_topics_enable: bool = True
     socket_request_max_bytes: int = 100 * 1024 * 1024
     log_retention_check_interval_ms: int = 300_000
+    # cluster mode (cluster/): without zookeeper.connect the appliance runs alone
     zookeeper_connect: str | None = None
+    zookeeper_session_timeout_ms: int = 18_000
+    zookeeper_connection_timeout_ms: int = 18_000
+    broker_rack: str | None = None
     shutdown_timeout_ms: int = 30_000
     worker_restart_backoff_ms: int = 100
     worker_restart_backoff_max_ms: int = 30_000
@@ -117,6 +122,20 @@ def _first_listener(text: str) -> Listener:
     return Listener.parse(entries[0])
 
 
+def _zookeeper_connect(text: str) -> str:
+    """`host:port[,host:port...][/chroot]`, as Kafka takes it."""
+    text = text.strip()
+    hosts, slash, chroot = text.partition("/")
+    for entry in hosts.split(","):
+        host, colon, port = entry.strip().rpartition(":")
+        if not host or not colon or not port.isdigit() or not 0 < int(port) <= 65535:
+            raise ValueError(f"expected host:port[,host:port...][/chroot], got {text!r}")
+    if slash and (not chroot or chroot.startswith("/") or chroot.endswith("/")
+                  or "//" in chroot):
+        raise ValueError(f"the chroot of {text!r} must be a path like /klog")
+    return text
+
+
 def _hours_to_ms(text: str) -> int:
     return _int(-1)(text) * 3_600_000 if text.strip() != "-1" else -1
 
@@ -142,7 +161,10 @@ KEYS: dict[str, tuple[str, object]] = {
     "auto.create.topics.enable": ("auto_create_topics_enable", _bool),
     "socket.request.max.bytes": ("socket_request_max_bytes", _int(1024)),
     "log.retention.check.interval.ms": ("log_retention_check_interval_ms", _int(1)),
-    "zookeeper.connect": ("zookeeper_connect", _text),
+    "zookeeper.connect": ("zookeeper_connect", _zookeeper_connect),
+    "zookeeper.session.timeout.ms": ("zookeeper_session_timeout_ms", _int(1000)),
+    "zookeeper.connection.timeout.ms": ("zookeeper_connection_timeout_ms", _int(100)),
+    "broker.rack": ("broker_rack", _text),
     "shutdown.timeout.ms": ("shutdown_timeout_ms", _int(0)),
     "worker.restart.backoff.ms": ("worker_restart_backoff_ms", _int(1)),
     "worker.restart.backoff.max.ms": ("worker_restart_backoff_max_ms", _int(1)),
@@ -183,7 +205,7 @@ IGNORED = frozenset({
     "num.network.threads", "num.io.threads", "num.replica.fetchers",
     "socket.send.buffer.bytes", "socket.receive.buffer.bytes", "num.recovery.threads.per.data.dir",
     "offsets.topic.replication.factor", "transaction.state.log.replication.factor",
-    "transaction.state.log.min.isr", "log.cleaner.enable", "zookeeper.connection.timeout.ms",
+    "transaction.state.log.min.isr", "log.cleaner.enable",
     "delete.topic.enable", "log.cleanup.policy",
     "inter.broker.listener.name", "listener.security.protocol.map",
     "unclean.leader.election.enable",
@@ -244,6 +266,26 @@ def load_config(path: Path | str | None, overrides: list[str] = ()) -> BrokerCon
             raise ConfigError(str(exc)) from None
         settings[key] = value
     return build_config(settings, source=source)
+
+
+WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::", "*"})
+
+
+def check_advertised_listener(config: BrokerConfig, resolve=socket.getaddrinfo) -> None:
+    """In a fleet, other appliances and every client dial the advertised address: a wildcard
+    or a name that does not resolve would let bootstrap work and then strand clients (one of
+    Kafka's commonest mistakes), so start-up stops here, naming the key."""
+    key = "advertised.listeners" if config.advertised_listeners else "listeners"
+    host = config.advertised.host
+    if host in WILDCARD_HOSTS:
+        raise ConfigError(f"{key}: {config.advertised} is a wildcard address; a fleet needs "
+                          f"the address clients and other appliances reach this host at "
+                          f"(set advertised.listeners)")
+    try:
+        resolve(host, config.advertised.port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as exc:
+        raise ConfigError(f"{key}: the host of {config.advertised} does not resolve: "
+                          f"{exc}") from None
 
 
 def replace(config: BrokerConfig, **changes) -> BrokerConfig:

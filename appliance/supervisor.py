@@ -26,11 +26,13 @@ import time
 from dataclasses import dataclass, field
 
 from appliance import sd_notify
-from appliance.catalog import Catalog, cluster_id
 from appliance.config import BrokerConfig
-from appliance.control_server import ControlServer
-from appliance.controller import LocalController
+from appliance.controller.catalog import Catalog, cluster_id
+from appliance.controller.decisions import ApplianceController
+from appliance.controller.server import ControlServer
 from appliance.exit_codes import BOOT_ERROR, DISK_FAILED, describe_exit
+from appliance.forking import DirectForker, ForkError
+from appliance.identity import DiskIdentity, claim_log_dir, node_id_for
 from appliance.shm.appliance_region import ApplianceRegion
 from appliance.workers.main import worker_main
 
@@ -77,15 +79,18 @@ class Supervisor:
         try:
             self.sockets = [self._bind(i) for i in range(len(self.config.log_dirs))]
             catalog = Catalog(self.config.log_dirs[0])
-            cluster_id(self.config.log_dirs[0])  # made once here, before workers read it
             for problem in catalog.problems:
                 log.error("catalog: %s", problem)
-            controller = LocalController(catalog, defaults=self.config.log_defaults,
-                                         default_partitions=self.config.num_partitions,
-                                         worker_count=len(self.config.log_dirs))
+            self._claim_log_dirs(cluster_id(self.config.log_dirs[0]))
+            controller = ApplianceController(catalog, defaults=self.config.log_defaults,
+                                             default_partitions=self.config.num_partitions,
+                                             worker_count=len(self.config.log_dirs))
             # slots first: a worker told about a new topic must find its partitions' slots
             self.region.follow(controller)
-            self.control = ControlServer(controller)
+            self.control = ControlServer(controller,
+                                         cluster_id=cluster_id(self.config.log_dirs[0]))
+            self.forker = DirectForker(self._worker_child, signals=HANDLED_SIGNALS,
+                                       close_in_child=self._inherited_by_children)
             self._install_signals()
             for index in range(len(self.config.log_dirs)):
                 self.workers[index] = WorkerProcess(index)
@@ -94,6 +99,12 @@ class Supervisor:
         finally:
             self._shutdown()
         return self._exit_code
+
+    def _claim_log_dirs(self, cluster: str) -> None:
+        """Refuse disks of another cluster or node (IdentityError), stamp new ones."""
+        for index, log_dir in enumerate(self.config.log_dirs):
+            claim_log_dir(log_dir, DiskIdentity(cluster, node_id_for(self.config.broker_id,
+                                                                     index)))
 
     def _bind(self, index: int) -> socket.socket:
         listener = self.config.listeners
@@ -198,35 +209,33 @@ class Supervisor:
     # workers -----------------------------------------------------------------------------
 
     def _spawn(self, worker: WorkerProcess) -> None:
-        parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self.region.worker_starting(worker.index, restarts=worker.restarts)
-        pid = os.fork()
-        if pid == 0:  # the child: never returns
-            code = BOOT_ERROR
-            try:
-                for signum in HANDLED_SIGNALS:
-                    signal.signal(signum, signal.SIG_DFL)
-                os.close(self._wake_r)
-                os.close(self._wake_w)
-                parent_end.close()
-                for channel in self.control.channels.values():
-                    channel.sock.close()
-                for index, sock in enumerate(self.sockets):
-                    if index != worker.index:
-                        sock.close()
-                code = worker_main(self.config, worker.index, self.sockets[worker.index],
-                                   child_end, self.region.name)
-            except BaseException:
-                log.exception("worker %d failed to boot", worker.index)
-            finally:
-                os._exit(code)
-        child_end.close()
+        try:
+            pid, parent_end = self.forker.fork(worker.index)
+        except ForkError as exc:
+            log.critical("cannot start worker %d: %s; halting the appliance", worker.index, exc)
+            self._exit_code = 1
+            self.handle_sigterm()
+            return
         worker.pid = pid
         worker.started_at = time.monotonic()
         self.region.worker_forked(worker.index, pid)
         self.control.attach(worker.index, parent_end)
         log.info("worker %d started (pid %d, port %d, disk %s)", worker.index, pid,
                  self.config.listeners.port + worker.index, self.config.log_dirs[worker.index])
+
+    def _worker_child(self, index: int, child_end: socket.socket) -> int:
+        """The body of a forked worker (signal handlers already reset): it keeps only its own
+        listening socket, then serves until told to stop."""
+        for other, sock in enumerate(self.sockets):
+            if other != index:
+                sock.close()
+        return worker_main(self.config, index, self.sockets[index], child_end, self.region.name)
+
+    def _inherited_by_children(self) -> list:
+        """What a child must close: the supervisor's wake pipe and the workers' channels."""
+        return [self._wake_r, self._wake_w,
+                *(channel.sock for channel in self.control.channels.values())]
 
     def _reap(self) -> None:
         while True:

@@ -12,6 +12,7 @@ import logging
 import sys
 
 from appliance.config import ConfigError, load_config
+from appliance.identity import IdentityError
 from appliance.shm.region import RegionError
 from appliance.supervisor import Supervisor
 
@@ -41,7 +42,7 @@ def run(args) -> int:
                                                                       args.override))
     try:
         return supervisor.run()
-    except RegionError as exc:
+    except (RegionError, IdentityError) as exc:
         print(f"klog: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:

@@ -1,7 +1,7 @@
 """The "Consumer groups" part of `klog status`: the lag reports the coordinators leave.
 
 Each worker that coordinates groups rewrites ``<its log dir>/.klog-groups.json`` every second
-(appliance/workers/groups/lag.py), so status needs no network call here either. A report
+(`appliance.lag_report`), so status needs no network call here either. A report
 older than its worker's current incarnation was left by an earlier one (a restart, or a
 previous run of the appliance) and is ignored: the live worker rewrites it within a second if
 it still coordinates those groups. When two reports name the same group (it moved between
@@ -15,7 +15,7 @@ from pathlib import Path
 from rich.markup import escape
 from rich.table import Table
 
-from appliance.workers.groups.lag import REPORT_NAME, read_report
+from appliance.lag_report import read_lag_report
 
 
 def read_groups(workers) -> list[dict]:
@@ -23,7 +23,7 @@ def read_groups(workers) -> list[dict]:
     index and the report's time, sorted by group id."""
     newest: dict[str, dict] = {}
     for w in workers:
-        report = read_report(Path(w.log_dir) / REPORT_NAME)
+        report = read_lag_report(Path(w.log_dir))
         if not report or report.get("updated_ms", 0) < w.started_at_ms:
             continue
         for group in report.get("groups", []):

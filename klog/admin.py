@@ -34,7 +34,7 @@ from klog.protocol.apis import (
     offset_commit,
     offset_fetch,
 )
-from klog.protocol.errors import ErrorCode
+from klog.protocol.error_codes import ErrorCode
 from klog.types import TopicPartition
 from klog.wire import BrokerConnection, connect_any
 

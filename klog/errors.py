@@ -11,7 +11,7 @@ known, so a failure in a log says whose it was.
 
 from __future__ import annotations
 
-from klog.protocol.errors import ErrorCode
+from klog.protocol.error_codes import ErrorCode
 
 __all__ = [
     "BrokerUnavailableError",

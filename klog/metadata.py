@@ -16,7 +16,7 @@ from __future__ import annotations
 import zlib
 
 from klog.protocol.apis import metadata
-from klog.protocol.errors import ErrorCode
+from klog.protocol.error_codes import ErrorCode
 
 NO_LEADER = -1
 APPLIANCE_RACK_PREFIX = "klog-appliance-"

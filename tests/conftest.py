@@ -167,6 +167,16 @@ def running_appliance(workdir: Path, **kwargs):
         appliance.stop()
 
 
+@pytest.fixture(scope="module")
+def group_appliance(tmp_path_factory, request):
+    """Two workers (so two coordinators) and no initial rebalance delay, to keep joins quick:
+    one per test module that works with consumer groups."""
+    name = request.module.__name__.rsplit(".", 1)[-1]
+    with running_appliance(tmp_path_factory.mktemp(name), log_dirs=2,
+                           settings=FAST_GROUPS) as started:
+        yield started
+
+
 def topic_maker(bootstrap: str, partitions: int = 1, prefix: str = "topic"):
     """``make(partitions, prefix, **configs) -> name``: a fresh topic (unique name) created with
     klog.Admin, for fixtures that share one appliance across tests."""

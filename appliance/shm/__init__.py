@@ -17,8 +17,8 @@ reclaim, unlink), and ``appliance_region`` (the calls the supervisor and workers
 
 from .fetch_out import FetchOutTable
 from .layout import Geometry, Header, WorkerState
+from .partition_table import FreeSlotError, PartitionTable, SlotsFullError
 from .partition_view import IndexPosition, PartitionView
-from .partitions import FreeSlotError, PartitionTable, SlotsFullError
 from .region import (
     Region,
     RegionError,
@@ -33,7 +33,7 @@ from .region import (
 )
 from .seqlock import TornEntryError
 from .status import Snapshot
-from .workers import WorkerTable, WorkerView
+from .worker_table import WorkerTable, WorkerView
 
 __all__ = [
     "FetchOutTable", "FreeSlotError", "Geometry", "Header", "IndexPosition", "PartitionTable",

@@ -23,7 +23,7 @@ import os
 import time
 
 from .layout import Geometry, WorkerState
-from .partitions import SlotsFullError
+from .partition_table import SlotsFullError
 from .region import Region, attach_region, create_region, region_name
 
 log = logging.getLogger(__name__)
@@ -102,7 +102,7 @@ class ApplianceRegion:
     def _place(self, name: str, info) -> None:
         table = self.partitions
         current = {p: s for (t, p), s in table.slots().items() if t == name}
-        wanted = {} if info is None else dict(enumerate(info.owners))
+        wanted = {} if info is None else {p: o for p, o in enumerate(info.owners) if o >= 0}
         for partition, slot in current.items():
             if wanted.get(partition) != table.slot_info(slot).owner:
                 table.free_partition(slot)

@@ -47,9 +47,9 @@ from .layout import (
     read_header,
     write_header,
 )
-from .partitions import PartitionTable
+from .partition_table import PartitionTable
 from .status import Snapshot, snapshot
-from .workers import WorkerTable
+from .worker_table import WorkerTable
 
 CREATION_GRACE_S = 5.0  # a header-less region younger than this is being created right now
 

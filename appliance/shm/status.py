@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 
 from .fetch_out import FetchOutTable
 from .layout import Header, WorkerState
+from .partition_table import FreeSlotError, PartitionTable
 from .partition_view import PartitionView
-from .partitions import FreeSlotError, PartitionTable
 from .seqlock import TornEntryError
-from .workers import WorkerTable, WorkerView
+from .worker_table import WorkerTable, WorkerView
 
 
 @dataclass(frozen=True)

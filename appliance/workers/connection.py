@@ -18,7 +18,7 @@ import socket
 from collections import deque
 
 from klog.protocol.chunks import FileRegion
-from klog.protocol.errors import ErrorCode
+from klog.protocol.error_codes import ErrorCode
 from klog.protocol.server import NEED_DATA, ProtocolError, ServerConnection, error_response
 
 log = logging.getLogger(__name__)
@@ -191,6 +191,11 @@ class KafkaConnection(asyncio.Protocol):
         finally:
             self._writer = None
         self._flush()
+
+    @property
+    def answers_pending(self) -> int:
+        """Requests read whose answers have not all been written yet."""
+        return len(self._queue)
 
     def close(self) -> None:
         if not self._closed:

@@ -18,7 +18,8 @@ import socket
 import sys
 
 from appliance.config import BrokerConfig
-from appliance.control import ControlChannelError, ControllerClient
+from appliance.controller.channel import ControlChannelError
+from appliance.controller.client import ControllerClient
 from appliance.exit_codes import BOOT_ERROR, DISK_FAILED, OK
 from appliance.segments.errors import StorageError
 from appliance.shm.appliance_region import ApplianceRegion

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from appliance.segments.log import AttachPoint
 from appliance.segments.reader import PartitionReader
-from appliance.shm.partitions import FreeSlotError
+from appliance.shm.partition_table import FreeSlotError
 from appliance.shm.seqlock import TornEntryError
 
 log = logging.getLogger(__name__)

@@ -1,9 +1,9 @@
 """A worker: one event loop serving the Kafka protocol for the partitions of one disk.
 
 The worker is advertised as its own Kafka node (node id = broker.id * 100 + worker index) and is
-the only writer of the partitions it owns. It learns topics and placement from a controller
-(in-process for a one-worker appliance; the supervisor's control channel later) and follows
-its decisions: opening logs for new partitions it owns, deleting those of deleted topics.
+the only writer of the partitions it owns. It learns topics and placement from its controller
+(a `Controller`: the supervisor's, over the control channel) and follows its decisions:
+opening logs for new partitions it owns, deleting those of deleted topics.
 Background duties run on the same loop: retention every `log.retention.check.interval.ms`,
 and time-based flushes.
 """
@@ -15,74 +15,54 @@ import dataclasses
 import logging
 import socket
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
-from appliance.catalog import Catalog, cluster_id
 from appliance.config import BrokerConfig
-from appliance.controller import LocalController
+from appliance.controller.interface import Controller
+from appliance.controller.topics import FleetNode, TopicInfo, appliance_rack
+from appliance.identity import node_id_for
 from appliance.segments.errors import StorageError
 from appliance.segments.group_commit import GroupCommitter
-from appliance.shm.partitions import FreeSlotError
+from appliance.shm.appliance_region import ApplianceRegion
+from appliance.shm.partition_table import FreeSlotError
 from appliance.shm.seqlock import TornEntryError
 from appliance.workers.connection import KafkaConnection
 from appliance.workers.groups.coordinator import GroupCoordinator
 from appliance.workers.groups.offsets_log import OFFSETS_TOPIC
 from appliance.workers.handlers import HANDLERS
 from appliance.workers.handlers.api_versions import advertised_versions
-from appliance.workers.partitions import Partitions
+from appliance.workers.owned_partitions import OwnedPartitions
 from appliance.workers.shared_state import Publisher, RemoteLogs
 from appliance.workers.waiters import AppendWaiters
+from klog.protocol.error_codes import ErrorCode
 
 log = logging.getLogger(__name__)
 
-NODES_PER_APPLIANCE = 100
 FLUSH_CHECK_INTERVAL_S = 0.1
 # Appends by other workers cannot wake our waiters directly; while fetches wait on their
 # partitions, the published high watermarks are polled this often (a few µs per partition).
 REMOTE_POLL_INTERVAL_S = 0.002
 
 
-@dataclass(frozen=True)
-class Node:
-    node_id: int
-    host: str
-    port: int
-
-
-def node_id_for(broker_id: int, worker_index: int) -> int:
-    return broker_id * NODES_PER_APPLIANCE + worker_index
-
-
 class Worker:
     """The state one worker process serves from. Everything runs on one asyncio loop."""
 
-    def __init__(self, config: BrokerConfig, *, index: int = 0, controller=None,
-                 log_dir: Path | None = None, clock=time.time, region=None):
+    def __init__(self, config: BrokerConfig, *, index: int, controller: Controller,
+                 region: ApplianceRegion, clock=time.time):
         self.config = config
         self.index = index
         self.clock = clock
-        self.log_dir = Path(log_dir or config.log_dirs[index])
+        self.log_dir = Path(config.log_dirs[index])
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        root = config.log_dirs[0]
-        if controller is None:
-            catalog = Catalog(root)
-            for problem in catalog.problems:
-                log.error("catalog: %s", problem)
-            controller = LocalController(catalog, defaults=config.log_defaults,
-                                         default_partitions=config.num_partitions,
-                                         worker_count=len(config.log_dirs))
         self.controller = controller
-        self.cluster_id = cluster_id(root)
+        self.cluster_id = controller.cluster_id
         self.node_id = node_id_for(config.broker_id, index)
-        self.controller_node_id = node_id_for(config.broker_id, 0)
         self.waiters = AppendWaiters()
         self.region = region
-        self.partitions = Partitions(
+        self.partitions = OwnedPartitions(
             self.log_dir, config.log_defaults, worker_index=index, on_append=self.waiters.notify,
-            publisher=Publisher(region, index) if region is not None else None)
-        self.remote = (RemoteLogs(region, config.log_dirs, index) if region is not None
-                       else None)
+            publisher=Publisher(region, index))
+        self.remote = RemoteLogs(region, config.log_dirs, index)
         self.committer = GroupCommitter()
         self.groups = GroupCoordinator(self)
         self.handlers = dict(HANDLERS)
@@ -101,19 +81,54 @@ class Worker:
         return node_id_for(self.config.broker_id, worker_index)
 
     def is_serving(self, worker_index: int) -> bool:
-        """Whether a worker of this appliance is up (always, without a shared region)."""
-        if self.region is None or worker_index == self.index:
+        """Whether a worker of this appliance is up, as its heartbeat slot says."""
+        if worker_index == self.index:
             return True
         return self.region.worker_serving_now(worker_index)
 
-    def nodes(self) -> list[Node]:
-        """The workers that serve now: clients must not be sent to a dead one's port."""
-        advertised = self.config.advertised
-        return [Node(self.node_id_of(i), advertised.host, advertised.port + i)
-                for i in range(len(self.config.log_dirs)) if self.is_serving(i)]
+    @property
+    def controller_node_id(self) -> int:
+        """The fleet's controller in cluster mode; alone, worker 0 stands for the supervisor."""
+        if self.controller.fleet_nodes is not None:
+            return self.controller.fleet_controller_id
+        return node_id_for(self.config.broker_id, 0)
 
-    def leader_of(self, owner: int) -> int:
-        return self.node_id_of(owner) if self.is_serving(owner) else -1
+    def _local_node(self, worker_index: int) -> FleetNode:
+        advertised = self.config.advertised
+        # The workers of one appliance share a rack: klog's client spreads reads over them.
+        return FleetNode(self.node_id_of(worker_index), advertised.host,
+                         advertised.port + worker_index, appliance_rack(self.config.broker_id))
+
+    def nodes(self) -> list[FleetNode]:
+        """The nodes that serve now: clients must not be sent to a dead one's port."""
+        if self.controller.fleet_nodes is not None:
+            return sorted(self.controller.fleet_nodes.values(), key=lambda n: n.node_id)
+        return [self._local_node(i) for i in range(len(self.config.log_dirs))
+                if self.is_serving(i)]
+
+    def partition_leader(self, info: TopicInfo, index: int) -> FleetNode | None:
+        """The live node that leads a partition, or None while it has none (offline)."""
+        if info.leadership is None:
+            owner = info.owners[index]
+            return self._local_node(owner) if self.is_serving(owner) else None
+        return self.controller.fleet_nodes.get(info.leadership[index].leader)
+
+    def leads(self, topic: str, index: int) -> bool:
+        """Whether appends to this partition belong here: its log is ours, and in cluster mode
+        the controller made this node its leader."""
+        if self.partitions.get(topic, index) is None:
+            return False
+        info = self.controller.topic(topic)
+        return (info is None or info.leadership is None
+                or info.leadership[index].leader == self.node_id)
+
+    def absent_partition_error(self, topic: str, index: int) -> ErrorCode:
+        """Why this worker has no log for a partition: the topic or partition does not exist,
+        or another node leads it (clients refresh metadata and go there)."""
+        info = self.controller.topic(topic)
+        if info is None or not info.has_partition(index):
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        return ErrorCode.NOT_LEADER_OR_FOLLOWER
 
     def note_fetched(self, topic: str, index: int, nbytes: int) -> None:
         """Count bytes this worker served from one of its own partitions (for status)."""
@@ -128,8 +143,6 @@ class Worker:
         owned = self.partitions.get(topic, index)
         if owned is not None:
             return owned.log.high_watermark
-        if self.region is None:
-            return None
         slot = self.region.partitions.find(topic, index)
         if slot is None:
             return None
@@ -143,9 +156,7 @@ class Worker:
         owned = self.partitions.get(topic, index)
         if owned is not None:
             return owned.log
-        if self.remote is not None:
-            return self.remote.get(topic, index)
-        return None
+        return self.remote.get(topic, index)
 
     # life cycle --------------------------------------------------------------------------
 
@@ -156,8 +167,7 @@ class Worker:
             self.partitions.open_topic(info, now_ms=now_ms)
         self.groups.load_owned()
         self.controller.add_listener(self._on_topic_change)
-        if hasattr(self.controller, "add_reload_listener"):
-            self.controller.add_reload_listener(self._on_reload)
+        self.controller.add_reload_listener(self._on_reload)
 
     def _on_reload(self, settings: dict) -> None:
         """Apply what a SIGHUP reloaded: defaults for new decisions, the retention period."""
@@ -170,8 +180,7 @@ class Worker:
 
     def _on_topic_change(self, name, info) -> None:
         if info is None:
-            if self.remote is not None:
-                self.remote.forget(name)
+            self.remote.forget(name)
             self.partitions.close_topic(name, delete=True)
             if name == OFFSETS_TOPIC:
                 self.groups.unload_all()
@@ -193,8 +202,7 @@ class Worker:
         self._tasks = [asyncio.ensure_future(self._retention_loop()),
                        asyncio.ensure_future(self._flush_loop())]
         self.groups.start()
-        if self.remote is not None:
-            self._tasks.append(asyncio.ensure_future(self._watch_remote_appends()))
+        self._tasks.append(asyncio.ensure_future(self._watch_remote_appends()))
 
     @property
     def bound_port(self) -> int:
@@ -208,14 +216,14 @@ class Worker:
             task.cancel()
         self.groups.stop()
         deadline = time.monotonic() + 2.0
-        while any(c._queue for c in self.connections) and time.monotonic() < deadline:
+        while (any(c.answers_pending for c in self.connections)
+               and time.monotonic() < deadline):
             await asyncio.sleep(0.01)
         for connection in list(self.connections):
             connection.close()
         self.committer.close()
         self.partitions.close()
-        if self.remote is not None:
-            self.remote.close()
+        self.remote.close()
 
     # background duties -------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ from klog.errors import KlogError, error_for
 from klog.metadata import NO_LEADER, ClusterMetadata, read_replica_for
 from klog.outgoing import Outgoing
 from klog.protocol.apis import fetch
-from klog.protocol.errors import ErrorCode
+from klog.protocol.error_codes import ErrorCode
 from klog.types import ConsumerRecord, TopicPartition
 
 FETCH_CHANNELS = ("fetch", "fetch-spare")

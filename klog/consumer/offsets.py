@@ -17,7 +17,7 @@ from klog.errors import KlogError, error_for
 from klog.metadata import NO_LEADER, ClusterMetadata
 from klog.outgoing import Outgoing
 from klog.protocol.apis import list_offsets
-from klog.protocol.errors import ErrorCode
+from klog.protocol.error_codes import ErrorCode
 from klog.types import TopicPartition
 
 

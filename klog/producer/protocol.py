@@ -43,7 +43,7 @@ from klog.producer.drain import drain
 from klog.producer.partitioner import Partitioner
 from klog.producer.sequences import Sequences
 from klog.protocol.apis import init_producer_id, metadata, produce
-from klog.protocol.errors import ErrorCode
+from klog.protocol.error_codes import ErrorCode
 
 _SUCCESS = frozenset({ErrorCode.NONE, ErrorCode.DUPLICATE_SEQUENCE_NUMBER})
 _STALE_METADATA = frozenset({

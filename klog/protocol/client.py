@@ -23,7 +23,7 @@ from typing import Any
 from klog.protocol.apis import API_BY_KEY, ApiSpec
 from klog.protocol.chunks import ChunkWriter, join_chunks
 from klog.protocol.codec import encode_message
-from klog.protocol.errors import ErrorCode
+from klog.protocol.error_codes import ErrorCode
 from klog.protocol.exceptions import CorrelationError, EncodeError, ProtocolError
 from klog.protocol.frames import DEFAULT_MAX_FRAME_BYTES, NEED_DATA, FrameBuffer, NeedData
 from klog.protocol.headers import (

@@ -13,7 +13,7 @@ caller that drives a connection needs one ``except`` clause. The subclasses say 
   (``None`` for a non-nullable field, an int out of range, a version we do not declare).
 - :class:`CorrelationError`: a response arrived that the client did not ask for.
 
-Kafka's numeric error codes, which travel inside messages, are in :mod:`klog.protocol.errors`.
+Kafka's numeric error codes, which travel inside messages, are in :mod:`klog.protocol.error_codes`.
 """
 
 from __future__ import annotations

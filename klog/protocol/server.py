@@ -37,7 +37,7 @@ from typing import Any
 from klog.protocol.apis import API_BY_KEY, ApiSpec, api_versions_response
 from klog.protocol.chunks import Chunk, ChunkWriter
 from klog.protocol.codec import encode_message
-from klog.protocol.errors import ErrorCode
+from klog.protocol.error_codes import ErrorCode
 from klog.protocol.exceptions import DecodeError, EncodeError, FramingError, ProtocolError
 from klog.protocol.frames import DEFAULT_MAX_FRAME_BYTES, NEED_DATA, FrameBuffer, NeedData
 from klog.protocol.headers import (

@@ -90,3 +90,26 @@ def test_overrides_apply_over_the_file(tmp_path: Path):
 def test_missing_file_is_a_clear_error(tmp_path: Path):
     with pytest.raises(ConfigError, match="cannot read"):
         load_config(tmp_path / "absent.properties")
+
+
+def test_cluster_mode_keys_are_read_and_checked():
+    from appliance.config import build_config
+    config = build_config({"zookeeper.connect": "127.0.0.1:2181,127.0.0.2:2181/klog",
+                           "zookeeper.session.timeout.ms": "6000", "broker.rack": "r1"})
+    assert config.zookeeper_connect == "127.0.0.1:2181,127.0.0.2:2181/klog"
+    assert config.zookeeper_session_timeout_ms == 6000
+    assert config.zookeeper_connection_timeout_ms == 18_000
+    assert config.broker_rack == "r1"
+    for bad in ("localhost", "h:2181/", "h:2181//x", "h:99999"):
+        with pytest.raises(ConfigError, match="zookeeper.connect"):
+            build_config({"zookeeper.connect": bad})
+
+
+def test_a_wildcard_or_unresolvable_advertised_listener_stops_a_fleet_member():
+    from appliance.config import build_config, check_advertised_listener
+    check_advertised_listener(build_config({"listeners": "PLAINTEXT://127.0.0.1:9092"}))
+    with pytest.raises(ConfigError, match="listeners.*wildcard"):
+        check_advertised_listener(build_config({"listeners": "PLAINTEXT://0.0.0.0:9092"}))
+    with pytest.raises(ConfigError, match="advertised.listeners.*does not resolve"):
+        check_advertised_listener(build_config(
+            {"advertised.listeners": "PLAINTEXT://no-such-host.invalid:9092"}))

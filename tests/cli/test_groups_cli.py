@@ -20,7 +20,7 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 import klog
-from tests.conftest import FAST_GROUPS, REPO, running_appliance
+from tests.conftest import REPO
 
 pytestmark = pytest.mark.interop
 
@@ -30,11 +30,8 @@ _names = itertools.count()
 
 
 @pytest.fixture(scope="module")
-def appliance(tmp_path_factory):
-    """Two workers (two coordinators), and no initial rebalance delay, to keep joins quick."""
-    with running_appliance(tmp_path_factory.mktemp("groups-cli"), log_dirs=2,
-                           settings=FAST_GROUPS) as started:
-        yield started
+def appliance(group_appliance):
+    return group_appliance
 
 
 def klog_cli(*args, timeout=60):

@@ -14,16 +14,13 @@ from confluent_kafka import Consumer
 import klog
 from klog import TopicPartition
 from klog.errors import ErrorCode, KafkaError, UnknownTopicOrPartitionError
-from tests.conftest import FAST_GROUPS, running_appliance
 
 _names = itertools.count()
 
 
 @pytest.fixture(scope="module")
-def appliance(tmp_path_factory):
-    with running_appliance(tmp_path_factory.mktemp("admin-groups"), log_dirs=2,
-                           settings=FAST_GROUPS) as started:
-        yield started
+def appliance(group_appliance):
+    return group_appliance
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from klog.config import ConsumerConfig, build
 from klog.consumer.protocol import ConsumerProtocol
 from klog.errors import NoOffsetForPartitionError, OffsetOutOfRangeError
 from klog.protocol.apis import fetch, list_offsets, metadata
-from klog.protocol.errors import ErrorCode
+from klog.protocol.error_codes import ErrorCode
 from klog.protocol.records import build_batch, control_record
 from klog.types import ConsumerRecord, TopicPartition
 from tests.client.fakes import fetch_answer, metadata_answer, offsets_answer

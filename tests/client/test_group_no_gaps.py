@@ -33,7 +33,7 @@ from klog.protocol.apis import (
     sync_group,
 )
 from klog.protocol.consumer_protocol import encode_assignment
-from klog.protocol.errors import ErrorCode
+from klog.protocol.error_codes import ErrorCode
 from klog.protocol.records import build_batch
 from klog.types import TopicPartition
 from tests.client.fakes import fetch_answer, metadata_answer

@@ -15,7 +15,6 @@ import klog
 import klog.aio
 from klog import TopicPartition as TP
 from tests.client.test_cli import klog_cli
-from tests.conftest import FAST_GROUPS, running_appliance
 
 FAST = dict(session_timeout_ms=6000, heartbeat_interval_ms=300, auto_offset_reset="earliest",
             request_timeout_ms=10_000)
@@ -23,10 +22,8 @@ _names = itertools.count()
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory):
-    with running_appliance(tmp_path_factory.mktemp("groups-appliance"), log_dirs=2,
-                           settings=FAST_GROUPS) as appliance:
-        yield appliance
+def broker(group_appliance):
+    return group_appliance
 
 
 @pytest.fixture

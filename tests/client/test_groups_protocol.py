@@ -29,7 +29,7 @@ from klog.protocol.consumer_protocol import (
     encode_assignment,
     encode_subscription,
 )
-from klog.protocol.errors import ErrorCode
+from klog.protocol.error_codes import ErrorCode
 from klog.types import OffsetAndMetadata, TopicPartition
 from tests.client.fakes import metadata_answer, offsets_answer, tps
 

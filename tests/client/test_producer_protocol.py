@@ -10,7 +10,7 @@ from klog.config import ProducerConfig, build
 from klog.errors import ClosedError, KafkaError, KafkaTimeoutError, MessageSizeTooLargeError
 from klog.producer.protocol import ProducerProtocol
 from klog.protocol.apis import init_producer_id, metadata, produce
-from klog.protocol.errors import ErrorCode
+from klog.protocol.error_codes import ErrorCode
 from klog.protocol.partitioner import partition_for_key
 from klog.protocol.record_batch import read_header
 from tests.client.fakes import metadata_answer, pid_answer, produce_answer

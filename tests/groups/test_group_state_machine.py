@@ -16,7 +16,7 @@ from appliance.workers.groups.offsets_log import (
     snapshot_records,
 )
 from appliance.workers.groups.state import TRANSITIONS, GroupState, IllegalTransition
-from klog.protocol.errors import ErrorCode
+from klog.protocol.error_codes import ErrorCode
 
 S = GroupState
 SESSION = 10_000

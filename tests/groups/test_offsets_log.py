@@ -13,7 +13,7 @@ from klog.protocol.apis import (
     offset_fetch,
     produce,
 )
-from klog.protocol.errors import ErrorCode
+from klog.protocol.error_codes import ErrorCode
 from klog.protocol.records import build_batch
 from tests.interop.helpers import create_topic
 from tests.worker.raw import RawClient

@@ -13,7 +13,7 @@ from protocol_strategies import message
 from klog.protocol.apis import API_BY_KEY, api_versions, produce
 from klog.protocol.chunks import join_chunks
 from klog.protocol.client import ClientConnection
-from klog.protocol.errors import ErrorCode
+from klog.protocol.error_codes import ErrorCode
 from klog.protocol.exceptions import EncodeError, FramingError
 from klog.protocol.frames import NEED_DATA
 from klog.protocol.server import ServerConnection, error_response

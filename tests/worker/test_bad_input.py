@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from klog.protocol.apis import api_versions, metadata, produce
 from klog.protocol.client import ClientConnection
-from klog.protocol.errors import ErrorCode
+from klog.protocol.error_codes import ErrorCode
 from klog.protocol.records import build_batch
 from tests.interop.helpers import create_topic
 from tests.worker.raw import RawClient

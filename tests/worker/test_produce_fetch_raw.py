@@ -6,7 +6,7 @@ import threading
 import time
 
 from klog.protocol.apis import fetch, init_producer_id, produce
-from klog.protocol.errors import ErrorCode
+from klog.protocol.error_codes import ErrorCode
 from klog.protocol.records import build_batch
 from tests.interop.helpers import create_topic
 from tests.worker.raw import RawClient

@@ -21,6 +21,7 @@ import asyncio
 import logging
 from collections.abc import Iterable
 
+from appliance.lag_report import report_path
 from appliance.segments.errors import StorageError
 from appliance.workers.groups.group import Group, GroupLimits
 from appliance.workers.groups.lag import LagReport
@@ -34,7 +35,8 @@ from appliance.workers.groups.offsets_log import (
     snapshot_records,
 )
 from appliance.workers.groups.state import GroupState
-from klog.protocol.errors import ErrorCode
+from appliance.workers.handler_context import HandlerContext
+from klog.protocol.error_codes import ErrorCode
 from klog.protocol.records import build_batch, decode_batches
 
 log = logging.getLogger(__name__)
@@ -52,7 +54,7 @@ class CoordinatorError(Exception):
 
 
 class GroupCoordinator:
-    def __init__(self, worker):
+    def __init__(self, worker: HandlerContext):
         self.worker = worker
         config = worker.config
         self.limits = GroupLimits(
@@ -61,7 +63,7 @@ class GroupCoordinator:
         self.groups: dict[str, Group] = {}
         self.offsets: dict[str, dict[tuple[str, int], Committed]] = {}
         self.loaded: set[int] = set()  # partitions of __consumer_offsets served here
-        self.lag = LagReport(worker.log_dir / ".klog-groups.json")
+        self.lag = LagReport(report_path(worker.log_dir))
         self._snapshot_floor: dict[int, int] = {}  # partition -> log size right after a snapshot
         self._task: asyncio.Task | None = None
 
@@ -84,10 +86,11 @@ class GroupCoordinator:
             info = controller.topic(OFFSETS_TOPIC)
         return info
 
-    def coordinator_of(self, group_id: str) -> int:
-        """The worker index that coordinates ``group_id`` (creating the topic if needed)."""
+    def coordinator_partition(self, group_id: str):
+        """The internal topic (created if needed) and the partition of it that holds
+        ``group_id``: whoever leads that partition coordinates the group."""
         info = self.ensure_topic()
-        return info.owners[partition_for(group_id, info.partition_count)]
+        return info, partition_for(group_id, info.partition_count)
 
     def _partition_here(self, group_id: str) -> int:
         info = self.worker.controller.topic(OFFSETS_TOPIC)

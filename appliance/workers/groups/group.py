@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from appliance.workers.groups.state import GroupState, check_transition
-from klog.protocol.errors import ErrorCode
+from klog.protocol.error_codes import ErrorCode
 
 S = GroupState
 log = logging.getLogger(__name__)

@@ -1,7 +1,8 @@
 """Consumer lag as the appliance sees it: per group and partition, the log end minus the
 committed offset. The coordinator has both numbers, so it computes lag itself and leaves the
-result beside its log dir, where ``klog status`` reads it without a network round trip (as it
-reads everything else from the shared-memory region)."""
+result beside its log dir (`appliance.lag_report` says where and how it is read), where
+``klog status`` reads it without a network round trip (as it reads everything else from the
+shared-memory region)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,6 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import orjson
-
-REPORT_NAME = ".klog-groups.json"
 
 
 def group_lag(group_id: str, state: str, members: int, committed: dict,
@@ -49,11 +48,3 @@ class LagReport:
         except OSError:
             return  # a report, not data: a read-only or full disk must not stop the worker
         self._written = bool(rows)
-
-
-def read_report(path: Path) -> dict | None:
-    """The report a worker left, or None (none yet, or unreadable)."""
-    try:
-        return orjson.loads(Path(path).read_bytes())
-    except (OSError, orjson.JSONDecodeError):
-        return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from appliance.workers.handler_context import HandlerContext
 from klog.protocol.apis import API_BY_KEY, api_versions
 
 API_KEY = api_versions.SPEC.key
@@ -17,6 +18,6 @@ def advertised_versions(handled: set[int]) -> list:
     ]
 
 
-def handle(worker, request):
+def handle(worker: HandlerContext, request):
     return api_versions.Response(error_code=0, api_keys=worker.advertised_api_versions,
                                  throttle_time_ms=0)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from appliance.workers.handler_context import HandlerContext
 from klog.protocol.apis import create_topics
-from klog.protocol.errors import ErrorCode
+from klog.protocol.error_codes import ErrorCode
 
 API_KEY = create_topics.SPEC.key
 
@@ -22,7 +23,7 @@ def _create(worker, topic, validate_only):
     return result.error, result.message
 
 
-def handle(worker, request):
+def handle(worker: HandlerContext, request):
     body = request.body
     results = []
     for topic in body.topics:

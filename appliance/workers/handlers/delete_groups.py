@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from appliance.workers.handler_context import HandlerContext
 from klog.protocol.apis import delete_groups
 
 API_KEY = delete_groups.SPEC.key
@@ -16,5 +17,5 @@ async def _delete_all(worker, names):
     return delete_groups.Response(throttle_time_ms=0, results=results)
 
 
-def handle(worker, request):
+def handle(worker: HandlerContext, request):
     return _delete_all(worker, request.body.groups_names)

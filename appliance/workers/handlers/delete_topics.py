@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from appliance.workers.handler_context import HandlerContext
 from klog.protocol.apis import delete_topics
 
 API_KEY = delete_topics.SPEC.key
 
 
-def handle(worker, request):
+def handle(worker: HandlerContext, request):
     results = []
     for name in request.body.topic_names:
         result = worker.controller.delete_topic(name)

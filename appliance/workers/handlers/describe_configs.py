@@ -3,9 +3,10 @@ and a broker's main settings, so admin tools can read back what CreateTopics set
 
 from __future__ import annotations
 
-from appliance.controller import topic_log_config
+from appliance.controller.topics import topic_log_config
+from appliance.workers.handler_context import HandlerContext
 from klog.protocol.apis import describe_configs
-from klog.protocol.errors import ErrorCode
+from klog.protocol.error_codes import ErrorCode
 
 API_KEY = describe_configs.SPEC.key
 TOPIC, BROKER = 2, 4
@@ -48,7 +49,7 @@ def _broker_configs(worker, name):
         _entry(k, v, SOURCE_STATIC_BROKER, read_only=True) for k, v in sorted(values.items())]
 
 
-def handle(worker, request):
+def handle(worker: HandlerContext, request):
     results = []
     for resource in request.body.resources:
         if resource.resource_type == TOPIC:

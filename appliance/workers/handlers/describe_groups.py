@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from appliance.workers.groups.coordinator import CoordinatorError
 from appliance.workers.groups.state import GroupState
+from appliance.workers.handler_context import HandlerContext
 from klog.protocol.apis import describe_groups
-from klog.protocol.errors import ErrorCode
+from klog.protocol.error_codes import ErrorCode
 
 API_KEY = describe_groups.SPEC.key
 NO_OPERATIONS = -(2**31)
@@ -36,6 +37,6 @@ def _describe(worker, group_id: str):
         members=members, authorized_operations=NO_OPERATIONS)
 
 
-def handle(worker, request):
+def handle(worker: HandlerContext, request):
     return describe_groups.Response(
         throttle_time_ms=0, groups=[_describe(worker, g) for g in request.body.groups])

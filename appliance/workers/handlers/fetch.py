@@ -11,10 +11,11 @@ the fetch waits, up to `max_wait_ms`, for an append to one of its partitions. Se
 from __future__ import annotations
 
 from appliance.segments.errors import OffsetOutOfRangeError, StorageError
+from appliance.workers.handler_context import HandlerContext
 from appliance.workers.shared_state import NotPublishedError
 from klog.protocol.apis import fetch
 from klog.protocol.chunks import FileRegion
-from klog.protocol.errors import ErrorCode
+from klog.protocol.error_codes import ErrorCode
 
 API_KEY = fetch.SPEC.key
 
@@ -32,10 +33,7 @@ def _read(worker, topic, part, budget, must_fill):
     the appliance: its own from its logs, the others' through the shared-memory index."""
     owned = worker.readable_log(topic, part.partition)
     if owned is None:
-        info = worker.controller.topic(topic)
-        error = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                 if info is None or not 0 <= part.partition < info.partition_count
-                 else ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        error = worker.absent_partition_error(topic, part.partition)
         return _partition(part.partition, error), 0, True
     limit = min(part.partition_max_bytes, budget)
     if limit <= 0 and not must_fill:
@@ -76,7 +74,7 @@ def build(worker, body):
     return response, total, errored
 
 
-def handle(worker, request):
+def handle(worker: HandlerContext, request):
     body = request.body
     response, total, errored = build(worker, body)
     if errored or total >= body.min_bytes or body.max_wait_ms <= 0 or total > 0 and (

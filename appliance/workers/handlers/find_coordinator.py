@@ -1,11 +1,12 @@
-"""FindCoordinator v0-2: the worker that coordinates a group (the owner of the group's
+"""FindCoordinator v0-2: the node that coordinates a group (the leader of the group's
 partition of ``__consumer_offsets``, created on first use as Kafka does)."""
 
 from __future__ import annotations
 
 from appliance.workers.groups.coordinator import CoordinatorError
+from appliance.workers.handler_context import HandlerContext
 from klog.protocol.apis import find_coordinator
-from klog.protocol.errors import ErrorCode
+from klog.protocol.error_codes import ErrorCode
 
 API_KEY = find_coordinator.SPEC.key
 GROUP_KEY = 0
@@ -17,20 +18,20 @@ def _error(code: ErrorCode, message: str | None = None):
                                      port=-1)
 
 
-def handle(worker, request):
+def handle(worker: HandlerContext, request):
     body = request.body
     if body.key_type != GROUP_KEY:
         return _error(ErrorCode.COORDINATOR_NOT_AVAILABLE, "klog has no transactions")
     if not body.key:
         return _error(ErrorCode.INVALID_GROUP_ID, "the group id is empty")
     try:
-        owner = worker.groups.coordinator_of(body.key)
+        info, partition = worker.groups.coordinator_partition(body.key)
     except CoordinatorError as exc:
         return _error(exc.code, str(exc))
-    if not worker.is_serving(owner):
+    leader = worker.partition_leader(info, partition)
+    if leader is None:
         return _error(ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                      f"the coordinator's worker {owner} is not serving")
-    advertised = worker.config.advertised
+                      f"partition {partition} of {info.name}, which holds this group, "
+                      f"has no leader serving")
     return find_coordinator.Response(throttle_time_ms=0, error_code=0, error_message=None,
-                                     node_id=worker.node_id_of(owner), host=advertised.host,
-                                     port=advertised.port + owner)
+                                     node_id=leader.node_id, host=leader.host, port=leader.port)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from appliance.workers.groups.coordinator import CoordinatorError
+from appliance.workers.handler_context import HandlerContext
 from klog.protocol.apis import heartbeat
-from klog.protocol.errors import ErrorCode
+from klog.protocol.error_codes import ErrorCode
 
 API_KEY = heartbeat.SPEC.key
 
 
-def handle(worker, request):
+def handle(worker: HandlerContext, request):
     body = request.body
     try:
         group = worker.groups.group(body.group_id, create=False)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from appliance.workers.handler_context import HandlerContext
 from klog.protocol.apis import init_producer_id
-from klog.protocol.errors import ErrorCode
+from klog.protocol.error_codes import ErrorCode
 
 API_KEY = init_producer_id.SPEC.key
 
 
-def handle(worker, request):
+def handle(worker: HandlerContext, request):
     if request.body.transactional_id is not None:
         return init_producer_id.Response(
             throttle_time_ms=0, error_code=int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),

@@ -7,6 +7,7 @@ import asyncio
 
 from appliance.workers.groups.coordinator import CoordinatorError
 from appliance.workers.groups.group import JoinResult
+from appliance.workers.handler_context import HandlerContext
 from klog.protocol.apis import join_group
 
 API_KEY = join_group.SPEC.key
@@ -21,7 +22,7 @@ def _response(result: JoinResult):
                  for m, i, d in result.members])
 
 
-def handle(worker, request):
+def handle(worker: HandlerContext, request):
     body = request.body
     coordinator = worker.groups
     rebalance_timeout = body.rebalance_timeout_ms

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from appliance.workers.groups.coordinator import CoordinatorError
+from appliance.workers.handler_context import HandlerContext
 from klog.protocol.apis import leave_group
-from klog.protocol.errors import ErrorCode
+from klog.protocol.error_codes import ErrorCode
 
 API_KEY = leave_group.SPEC.key
 BATCH_VERSION = 3
 
 
-def handle(worker, request):
+def handle(worker: HandlerContext, request):
     body = request.body
     batched = request.header.api_version >= BATCH_VERSION
     leaving = ([(m.member_id, m.group_instance_id) for m in body.members] if batched

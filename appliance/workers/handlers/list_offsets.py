@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from appliance.workers.handler_context import HandlerContext
 from klog.protocol.apis import list_offsets
-from klog.protocol.errors import ErrorCode
 
 API_KEY = list_offsets.SPEC.key
 LATEST = -1
@@ -13,10 +13,7 @@ EARLIEST = -2
 def _answer(worker, topic, part):
     owned = worker.partitions.get(topic, part.partition_index)
     if owned is None:
-        info = worker.controller.topic(topic)
-        error = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                 if info is None or not 0 <= part.partition_index < info.partition_count
-                 else ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        error = worker.absent_partition_error(topic, part.partition_index)
         return list_offsets.ListOffsetsPartitionResponse(
             partition_index=part.partition_index, error_code=int(error), timestamp=-1,
             offset=-1, leader_epoch=-1)
@@ -33,7 +30,7 @@ def _answer(worker, topic, part):
         leader_epoch=-1)
 
 
-def handle(worker, request):
+def handle(worker: HandlerContext, request):
     topics = [
         list_offsets.ListOffsetsTopicResponse(
             name=topic.name, partitions=[_answer(worker, topic.name, p) for p in topic.partitions])

@@ -6,22 +6,31 @@ the request (v4+: allow_auto_topic_creation; always before v4) and the broker co
 
 from __future__ import annotations
 
+from appliance.workers.handler_context import HandlerContext
 from klog.protocol.apis import metadata
-from klog.protocol.errors import ErrorCode
+from klog.protocol.error_codes import ErrorCode
 
 API_KEY = metadata.SPEC.key
 
 
 def _partitions(worker, info) -> list:
+    """Each partition's leader, replicas and ISR: the owner worker when the appliance runs
+    alone, the controller's state in cluster mode (a leader that is not live is offline)."""
+    live = {node.node_id for node in worker.nodes()}
     result = []
     for index, owner in enumerate(info.owners):
-        leader = worker.leader_of(owner)
-        replica = worker.node_id_of(owner)
+        leader_node = worker.partition_leader(info, index)
+        leader = leader_node.node_id if leader_node is not None else -1
+        if info.leadership is None:
+            replicas, isr, epoch = [worker.node_id_of(owner)], [worker.node_id_of(owner)], -1
+        else:
+            state = info.leadership[index]
+            replicas, isr, epoch = list(state.replicas), list(state.isr), state.leader_epoch
         result.append(metadata.MetadataResponsePartition(
             error_code=0 if leader >= 0 else int(ErrorCode.LEADER_NOT_AVAILABLE),
-            partition_index=index, leader_id=leader, leader_epoch=-1, replica_nodes=[replica],
-            isr_nodes=[replica] if leader >= 0 else [],
-            offline_replicas=[] if leader >= 0 else [replica]))
+            partition_index=index, leader_id=leader, leader_epoch=epoch, replica_nodes=replicas,
+            isr_nodes=[r for r in isr if r in live],
+            offline_replicas=[r for r in replicas if r not in live]))
     return result
 
 
@@ -31,7 +40,7 @@ def _topic(worker, info) -> object:
         partitions=_partitions(worker, info), topic_authorized_operations=-2147483648)
 
 
-def handle(worker, request):
+def handle(worker: HandlerContext, request):
     body = request.body
     version = request.header.api_version
     allow_create = worker.config.auto_create_topics_enable and (
@@ -56,10 +65,8 @@ def handle(worker, request):
                     error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name, partitions=[]))
             else:
                 topics.append(_topic(worker, info))
-    # The workers of one appliance share a rack: klog's client reads from any of them.
-    rack = f"klog-appliance-{worker.config.broker_id}"
     brokers = [metadata.MetadataResponseBroker(node_id=n.node_id, host=n.host, port=n.port,
-                                               rack=rack) for n in worker.nodes()]
+                                               rack=n.rack) for n in worker.nodes()]
     return metadata.Response(
         throttle_time_ms=0, brokers=brokers, cluster_id=worker.cluster_id,
         controller_id=worker.controller_node_id, topics=topics,

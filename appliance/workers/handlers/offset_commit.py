@@ -7,8 +7,9 @@ from __future__ import annotations
 from appliance.workers.groups.coordinator import CoordinatorError
 from appliance.workers.groups.offsets_log import Committed
 from appliance.workers.groups.state import GroupState
+from appliance.workers.handler_context import HandlerContext
 from klog.protocol.apis import offset_commit
-from klog.protocol.errors import ErrorCode
+from klog.protocol.error_codes import ErrorCode
 
 API_KEY = offset_commit.SPEC.key
 
@@ -29,7 +30,7 @@ def _member_error(group, body) -> ErrorCode:
 
 def _partition_error(worker, topic, part) -> ErrorCode:
     info = worker.controller.topic(topic)
-    if info is None or not 0 <= part.partition_index < info.partition_count:
+    if info is None or not info.has_partition(part.partition_index):
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     metadata = part.committed_metadata
     if metadata is not None and len(metadata.encode()) > worker.config.offset_metadata_max_bytes:
@@ -47,7 +48,7 @@ def _answer(body, errors: dict):
         for topic in body.topics])
 
 
-def handle(worker, request):
+def handle(worker: HandlerContext, request):
     body = request.body
     coordinator = worker.groups
     keys = [(t.name, p.partition_index) for t in body.topics for p in t.partitions]

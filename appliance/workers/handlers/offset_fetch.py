@@ -4,8 +4,9 @@ every partition the group has committed."""
 from __future__ import annotations
 
 from appliance.workers.groups.coordinator import CoordinatorError
+from appliance.workers.handler_context import HandlerContext
 from klog.protocol.apis import offset_fetch
-from klog.protocol.errors import ErrorCode
+from klog.protocol.error_codes import ErrorCode
 
 API_KEY = offset_fetch.SPEC.key
 TOP_LEVEL_ERROR_VERSION = 2
@@ -22,7 +23,7 @@ def _partition(index, committed, error=ErrorCode.NONE):
         error_code=0)
 
 
-def handle(worker, request):
+def handle(worker: HandlerContext, request):
     body = request.body
     try:
         worker.groups.group(body.group_id, create=False)

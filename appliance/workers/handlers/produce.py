@@ -3,7 +3,7 @@
 acks=1 answers once the batches are in the log (visible to fetches); acks=all (-1) answers
 once they are also on disk, through the worker's group commit, so many producers share one
 fdatasync; acks=0 gets no response at all, as in Kafka. Idempotence checks happen in
-`Partitions.append`. zstd needs Produce v7+ (KIP-110).
+`OwnedPartitions.append`. zstd needs Produce v7+ (KIP-110).
 """
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ from __future__ import annotations
 import asyncio
 
 from appliance.workers.connection import NO_RESPONSE
+from appliance.workers.handler_context import HandlerContext
 from klog.protocol.apis import produce
-from klog.protocol.errors import ErrorCode
+from klog.protocol.error_codes import ErrorCode
 from klog.protocol.record_batch import CODEC_ZSTD, HEADER_BYTES, read_header
 
 API_KEY = produce.SPEC.key
 ZSTD_MIN_VERSION = 7
-INTERNAL_PREFIX = "__"  # __consumer_offsets: written by the group coordinator only
 
 
 def _partition_response(index, error, base_offset=-1, append_time=-1, log_start=-1,
@@ -38,15 +38,12 @@ def _append_one(worker, topic, partition_data, version, now_ms):
     if records is not None and version < ZSTD_MIN_VERSION and _uses_zstd(records):
         return _partition_response(index, ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
                                    message="zstd needs Produce v7 or later"), None
-    if topic.startswith(INTERNAL_PREFIX):
+    info = worker.controller.topic(topic)
+    if info is not None and info.internal:
         return _partition_response(index, ErrorCode.INVALID_TOPIC_EXCEPTION,
                                    message=f"{topic} is internal: clients cannot append"), None
-    if worker.partitions.get(topic, index) is None:
-        info = worker.controller.topic(topic)
-        error = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                 if info is None or index >= info.partition_count
-                 else ErrorCode.NOT_LEADER_OR_FOLLOWER)
-        return _partition_response(index, error), None
+    if not worker.leads(topic, index):
+        return _partition_response(index, worker.absent_partition_error(topic, index)), None
     outcome = worker.partitions.append(topic, index, records, now_ms=now_ms)
     response = _partition_response(index, outcome.error, outcome.base_offset,
                                    outcome.log_append_time_ms, outcome.log_start_offset,
@@ -59,7 +56,7 @@ def _ensure_topic(worker, name) -> None:
         worker.controller.create_topic(name)
 
 
-def handle(worker, request):
+def handle(worker: HandlerContext, request):
     body = request.body
     version = request.header.api_version
     now_ms = worker.now_ms()

@@ -6,8 +6,9 @@ import asyncio
 
 from appliance.workers.groups.coordinator import CoordinatorError
 from appliance.workers.groups.group import SyncResult
+from appliance.workers.handler_context import HandlerContext
 from klog.protocol.apis import sync_group
-from klog.protocol.errors import ErrorCode
+from klog.protocol.error_codes import ErrorCode
 
 API_KEY = sync_group.SPEC.key
 
@@ -17,7 +18,7 @@ def _response(result: SyncResult):
                                assignment=result.assignment)
 
 
-def handle(worker, request):
+def handle(worker: HandlerContext, request):
     body = request.body
     try:
         group = worker.groups.group(body.group_id, create=False)

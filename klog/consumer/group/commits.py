@@ -28,7 +28,7 @@ from klog.consumer.positions import Assignment
 from klog.errors import CommitFailedError, KlogError, error_for
 from klog.outgoing import Outgoing
 from klog.protocol.apis import offset_commit, offset_fetch
-from klog.protocol.errors import ErrorCode
+from klog.protocol.error_codes import ErrorCode
 from klog.types import OffsetAndMetadata, TopicPartition
 
 RETRY = MOVED | {ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.REQUEST_TIMED_OUT,

@@ -12,7 +12,7 @@ from __future__ import annotations
 from klog.errors import KlogError, error_for
 from klog.outgoing import Outgoing
 from klog.protocol.apis import find_coordinator
-from klog.protocol.errors import ErrorCode
+from klog.protocol.error_codes import ErrorCode
 
 GROUP_KEY_TYPE = 0
 

@@ -24,7 +24,7 @@ from klog.protocol.consumer_protocol import (
     decode_subscription,
     encode_assignment,
 )
-from klog.protocol.errors import ErrorCode
+from klog.protocol.error_codes import ErrorCode
 from klog.protocol.exceptions import DecodeError
 from klog.types import TopicPartition
 

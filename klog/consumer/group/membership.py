@@ -47,7 +47,7 @@ from klog.metadata import ClusterMetadata
 from klog.outgoing import Outgoing
 from klog.protocol.apis import heartbeat, join_group, leave_group, sync_group
 from klog.protocol.consumer_protocol import decode_assignment
-from klog.protocol.errors import ErrorCode
+from klog.protocol.error_codes import ErrorCode
 from klog.protocol.exceptions import DecodeError
 from klog.types import TopicPartition
 

@@ -1,103 +1,51 @@
-"""The control channel between the supervisor (the appliance's controller) and its workers.
+"""The worker's end of the control channel: the `Controller` a worker holds.
 
-One Unix stream socketpair per worker, made before the fork. Messages are orjson objects
-behind a 4-byte length prefix. Workers ask (`create_topic`, `delete_topic`,
-`allocate_producer_id`) and get one reply per request, in order; they also say `ready` once
-they serve. The supervisor broadcasts every catalog change (`topic`, `topic_deleted`) to every
-worker, and starts each worker's stream with the whole `catalog`. A worker that asked for a
-change sees the broadcast before the reply, so when its request returns, it already follows
-the new catalog.
-
-Rules: a malformed message is a bug on our side, never user input: it is logged and the
-connection is dropped (the supervisor then restarts that worker).
+Requests block the worker's loop for one round trip over a Unix socket (tens of µs): they
+happen on topic creation and producer start, never on the produce or fetch path. Broadcasts
+are applied as they arrive, both while waiting for a reply and when the event loop reports
+the socket readable (`pump`). The message vocabulary is in `appliance.controller.channel`.
 """
 
 from __future__ import annotations
 
 import socket
-import struct
-from collections.abc import Callable
 
-import orjson
-
-from appliance.catalog import TopicInfo
-from appliance.controller import TopicResult
-from klog.protocol.errors import ErrorCode
-
-PREFIX = struct.Struct(">I")
-MAX_MESSAGE_BYTES = 64 * 1024 * 1024
-
-
-class ControlChannelError(ConnectionError):
-    """The other end of the control channel is gone or sent something unreadable."""
-
-
-def encode(message: dict) -> bytes:
-    body = orjson.dumps(message)
-    return PREFIX.pack(len(body)) + body
-
-
-class MessageReader:
-    """Splits a byte stream into messages (sans-IO: feed bytes, take messages)."""
-
-    def __init__(self):
-        self._buffer = bytearray()
-
-    def feed(self, data: bytes) -> None:
-        self._buffer += data
-
-    def messages(self):
-        while len(self._buffer) >= PREFIX.size:
-            (size,) = PREFIX.unpack_from(self._buffer)
-            if size > MAX_MESSAGE_BYTES:
-                raise ControlChannelError(f"control message of {size} bytes is too large")
-            if len(self._buffer) < PREFIX.size + size:
-                return
-            body = bytes(self._buffer[PREFIX.size : PREFIX.size + size])
-            del self._buffer[: PREFIX.size + size]
-            try:
-                yield orjson.loads(body)
-            except orjson.JSONDecodeError as exc:
-                raise ControlChannelError(f"unreadable control message: {exc}") from None
-
-
-def topic_to_message(info: TopicInfo) -> dict:
-    return {"name": info.name, "owners": list(info.owners), "configs": info.configs,
-            "internal": info.internal}
-
-
-def topic_from_message(raw: dict) -> TopicInfo:
-    return TopicInfo(name=raw["name"], owners=tuple(raw["owners"]), configs=raw["configs"],
-                     internal=raw["internal"])
+from appliance.controller.channel import (
+    ControlChannelError,
+    MessageReader,
+    encode,
+    topic_from_message,
+)
+from appliance.controller.interface import ReloadListener, TopicListener
+from appliance.controller.topics import FleetNode, TopicInfo, TopicResult
+from appliance.segments.config import LogConfig
+from klog.protocol.error_codes import ErrorCode
 
 
 class ControllerClient:
-    """A worker's view of the supervisor's controller, with LocalController's interface.
+    """Implements `appliance.controller.interface.Controller` over the control channel."""
 
-    Requests block the worker's loop for one round trip over a Unix socket (tens of µs):
-    they happen on topic creation and producer start, never on the produce or fetch path.
-    Broadcasts are applied as they arrive, both while waiting for a reply and when the event
-    loop reports the socket readable (`pump`).
-    """
-
-    def __init__(self, sock: socket.socket, *, defaults, default_partitions: int):
+    def __init__(self, sock: socket.socket, *, defaults: LogConfig, default_partitions: int):
         self.sock = sock
         self.defaults = defaults
         self.default_partitions = default_partitions
+        self.cluster_id = ""
+        self.fleet_nodes: dict[int, FleetNode] | None = None
+        self.fleet_controller_id = -1
+        self._has_catalog = False
         self._reader = MessageReader()
         self._topics: dict[str, TopicInfo] = {}
-        self._listeners: list[Callable[[str, TopicInfo | None], None]] = []
-        self._reload_listeners: list[Callable[[dict], None]] = []
+        self._listeners: list[TopicListener] = []
+        self._reload_listeners: list[ReloadListener] = []
         self._replies: list[dict] = []
         self._next_id = 0
 
-    # LocalController's interface ---------------------------------------------------------
+    # the Controller interface ------------------------------------------------------------
 
-    def add_listener(self, listener) -> None:
+    def add_listener(self, listener: TopicListener) -> None:
         self._listeners.append(listener)
 
-    def add_reload_listener(self, listener: Callable[[dict], None]) -> None:
-        """`listener(settings)` runs when the supervisor reloaded its config (SIGHUP)."""
+    def add_reload_listener(self, listener: ReloadListener) -> None:
         self._reload_listeners.append(listener)
 
     def topics(self) -> list[TopicInfo]:
@@ -165,7 +113,7 @@ class ControllerClient:
         """Block until the first message, the whole catalog, has arrived."""
         self.sock.setblocking(True)
         try:
-            while not getattr(self, "_has_catalog", False):
+            while not self._has_catalog:
                 self._receive_blocking()
         finally:
             self.sock.setblocking(False)
@@ -181,6 +129,7 @@ class ControllerClient:
             self._replies.append(message)
         elif op == "catalog":
             self._topics = {t["name"]: topic_from_message(t) for t in message["topics"]}
+            self.cluster_id = message["cluster_id"]
             self._has_catalog = True
         elif op == "topic":
             info = topic_from_message(message["info"])
@@ -188,10 +137,13 @@ class ControllerClient:
             for listener in self._listeners:
                 listener(info.name, info)
         elif op == "reload":
-            self.defaults = type(self.defaults).from_kafka(message["log_defaults"])
+            self.defaults = LogConfig.from_kafka(message["log_defaults"])
             self.default_partitions = message["num_partitions"]
             for listener in self._reload_listeners:
                 listener(message)
+        elif op == "fleet":
+            self.fleet_nodes = {n[0]: FleetNode(*n) for n in message["nodes"]}
+            self.fleet_controller_id = message["controller_id"]
         elif op == "topic_deleted":
             self._topics.pop(message["name"], None)
             for listener in self._listeners:

@@ -1,6 +1,6 @@
 """The supervisor's end of the control channels: the controller serving its workers.
 
-It wraps the `LocalController` (catalog, placement, producer ids) and turns each catalog
+It wraps the `ApplianceController` (catalog, placement, producer ids) and turns each catalog
 change into a broadcast to every worker. It never blocks on a worker: it reads what the
 supervisor's loop says is readable, and its writes are small.
 """
@@ -10,8 +10,13 @@ from __future__ import annotations
 import logging
 import socket
 
-from appliance.control import ControlChannelError, MessageReader, encode, topic_to_message
-from appliance.controller import LocalController
+from appliance.controller.channel import (
+    ControlChannelError,
+    MessageReader,
+    encode,
+    topic_to_message,
+)
+from appliance.controller.decisions import ApplianceController
 
 log = logging.getLogger(__name__)
 
@@ -30,8 +35,9 @@ class WorkerChannel:
 class ControlServer:
     """Requests from workers in, replies and catalog broadcasts out."""
 
-    def __init__(self, controller: LocalController):
+    def __init__(self, controller: ApplianceController, *, cluster_id: str):
         self.controller = controller
+        self.cluster_id = cluster_id
         self.channels: dict[int, WorkerChannel] = {}
         controller.add_listener(self._broadcast_change)
 
@@ -39,7 +45,7 @@ class ControlServer:
         """A (re)started worker's channel; it first receives the whole catalog."""
         channel = WorkerChannel(index, sock)
         self.channels[index] = channel
-        channel.send({"op": "catalog",
+        channel.send({"op": "catalog", "cluster_id": self.cluster_id,
                       "topics": [topic_to_message(t) for t in self.controller.topics()]})
         return channel
 

@@ -12,8 +12,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from appliance.catalog import TopicInfo
-from appliance.controller import topic_log_config
+from appliance.controller.topics import TopicInfo, topic_log_config
 from appliance.segments.config import LogConfig
 from appliance.segments.errors import (
     CorruptRecordError,
@@ -22,7 +21,8 @@ from appliance.segments.errors import (
 )
 from appliance.segments.log import PartitionLog
 from appliance.workers.producer_state import ProducerStates, Verdict
-from klog.protocol.errors import ErrorCode
+from appliance.workers.shared_state import Publisher
+from klog.protocol.error_codes import ErrorCode
 from klog.protocol.record_batch import CorruptBatchError, scan_batches
 
 log = logging.getLogger(__name__)
@@ -51,11 +51,11 @@ def partition_dir(log_dir: Path, topic: str, index: int) -> Path:
     return log_dir / f"{topic}-{index}"
 
 
-class Partitions:
+class OwnedPartitions:
     """The partitions this worker owns, keyed by (topic, index)."""
 
     def __init__(self, log_dir: Path, defaults: LogConfig, *, worker_index: int = 0,
-                 on_append=None, publisher=None):
+                 publisher: Publisher, on_append=None):
         self.log_dir = Path(log_dir)
         self.defaults = defaults
         self.worker_index = worker_index
@@ -79,21 +79,19 @@ class Partitions:
             if owner != self.worker_index or (info.name, index) in self._owned:
                 continue
             directory = partition_dir(self.log_dir, info.name, index)
-            attach = self.publisher.attach_point(info.name, index) if self.publisher else None
+            attach = self.publisher.attach_point(info.name, index)
             partition_log = PartitionLog.open(str(directory), config, now_ms=now_ms,
                                               attach=attach)
             producers = ProducerStates()
             for _, header in partition_log.iter_batch_headers():
                 producers.record(header, header.base_offset)
             owned = OwnedPartition(info.name, index, partition_log, producers)
-            if self.publisher is not None:
-                owned.publication = self.publisher.start(info.name, index, partition_log)
+            owned.publication = self.publisher.start(info.name, index, partition_log)
             self._owned[(info.name, index)] = owned
 
     def publish(self, owned: OwnedPartition, records_in: int = 0, bytes_in: int = 0) -> None:
         """Mirror a partition's new state into the shm region (after appends and retention)."""
-        if self.publisher is not None:
-            self.publisher.publish(owned.publication, owned.log, records_in, bytes_in)
+        self.publisher.publish(owned.publication, owned.log, records_in, bytes_in)
 
     def close_topic(self, name: str, *, delete: bool) -> None:
         for key in [k for k in self._owned if k[0] == name]:

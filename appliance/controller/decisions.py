@@ -1,62 +1,30 @@
-"""The appliance's controller: topic creation, deletion and partition placement.
-
-Workers never change the catalog themselves; they ask the controller and then follow what it
-decided (DESIGN.md: "topic creation and partition placement go through it"). With one worker
-the controller lives in the worker's process (`LocalController`); the supervisor will serve the
-same calls over its control channel to several workers. Either way a worker sees the interface
-below and subscribes to changes with `add_listener`.
+"""The appliance's controller: its decisions on topics (creation, deletion, placement) and
+producer ids. It runs in the supervisor, the only process that changes the catalog; workers
+reach it through `appliance.controller.server` and hold only its client.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-
-from appliance.catalog import (
-    Catalog,
+from appliance.controller.catalog import Catalog, ProducerIdBlocks
+from appliance.controller.interface import TopicListener
+from appliance.controller.placement import place_partitions
+from appliance.controller.topics import (
     InvalidTopicError,
-    ProducerIdBlocks,
     TopicInfo,
+    TopicResult,
     check_topic_name,
+    topic_log_config,
 )
-from appliance.placement import place_partitions
 from appliance.segments.config import LogConfig
-from klog.protocol.errors import ErrorCode
+from klog.protocol.error_codes import ErrorCode
 
 MAX_PARTITIONS_PER_TOPIC = 100_000
+INTERNAL_PREFIX = "__"  # Kafka's convention: __consumer_offsets and its kind
 
 
-@dataclass(frozen=True)
-class TopicResult:
-    """The outcome of one create or delete: an error code and a message for the client."""
-
-    name: str
-    error: ErrorCode = ErrorCode.NONE
-    message: str | None = None
-
-
-# Kafka topic configs that clients send with their default values, which klog honours by doing
-# nothing: any other value is refused, because klog would not do what it asks.
-DEFAULT_ONLY_CONFIGS = {"cleanup.policy": "delete", "compression.type": "producer"}
-
-
-def topic_log_config(defaults: LogConfig, overrides: dict[str, str]) -> LogConfig:
-    """The effective LogConfig of a topic: the broker's defaults, then the topic's overrides.
-
-    Raises ValueError naming a key that is unknown or whose value klog cannot honour."""
-    settings = {**defaults.to_kafka()}
-    for key, value in overrides.items():
-        if key in DEFAULT_ONLY_CONFIGS:
-            if value != DEFAULT_ONLY_CONFIGS[key]:
-                raise ValueError(f"{key}={value} is not supported; klog only does "
-                                 f"{key}={DEFAULT_ONLY_CONFIGS[key]}")
-            continue
-        settings[key] = value
-    return LogConfig.from_kafka(settings)
-
-
-class LocalController:
-    """The controller in the worker's own process: the one-worker appliance."""
+class ApplianceController:
+    """The decisions of one appliance's controller, over its catalog. Not thread-safe: the
+    supervisor's loop owns it."""
 
     def __init__(self, catalog: Catalog, *, defaults: LogConfig, default_partitions: int,
                  worker_count: int = 1):
@@ -64,13 +32,13 @@ class LocalController:
         self.defaults = defaults
         self.default_partitions = default_partitions
         self.workers = range(worker_count)
-        self._listeners: list[Callable[[str, TopicInfo | None], None]] = []
+        self._listeners: list[TopicListener] = []
         self._producer_ids = ProducerIdBlocks(catalog.root.parent)
 
     def allocate_producer_id(self) -> int:
         return self._producer_ids.allocate()
 
-    def add_listener(self, listener: Callable[[str, TopicInfo | None], None]) -> None:
+    def add_listener(self, listener: TopicListener) -> None:
         """`listener(name, info)` runs after a topic is created (info) or deleted (None)."""
         self._listeners.append(listener)
 
@@ -109,7 +77,7 @@ class LocalController:
             return TopicResult(name)
         owners = place_partitions(partitions, self.catalog.load_by_worker(self.workers))
         info = TopicInfo(name=name, owners=owners, configs=configs,
-                         internal=name.startswith("__"))
+                         internal=name.startswith(INTERNAL_PREFIX))
         self.catalog.put(info)
         for listener in self._listeners:
             listener(name, info)

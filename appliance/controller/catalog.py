@@ -2,75 +2,21 @@
 
 One JSON file per topic under `<first log dir>/.klog-catalog/`, written atomically (temp
 file, fsync, rename, fsync of the directory), so a crash leaves either the old or the new
-description, never half of one. The catalog belongs to the controller (the supervisor, or the
-single worker when it runs alone); workers learn its contents from the controller.
+description, never half of one. The catalog belongs to the controller, which runs in the
+supervisor; workers learn its contents over the control channel, never from these files.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import os
-import re
-from dataclasses import dataclass, field
+import uuid
 from pathlib import Path
 
-import orjson
+from appliance.controller.topics import TopicInfo
 
 CATALOG_DIR = ".klog-catalog"
-MAX_TOPIC_NAME = 249
-_LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
-
-
-class InvalidTopicError(ValueError):
-    """A topic name Kafka would refuse."""
-
-
-def check_topic_name(name: str) -> None:
-    """Kafka's rules: 1-249 characters of [a-zA-Z0-9._-], and not '.' or '..'."""
-    if not name:
-        raise InvalidTopicError("topic name is empty")
-    if name in (".", ".."):
-        raise InvalidTopicError(f"topic name cannot be {name!r}")
-    if len(name) > MAX_TOPIC_NAME:
-        raise InvalidTopicError(f"topic name is {len(name)} characters, the limit is 249")
-    if not _LEGAL_NAME.match(name):
-        raise InvalidTopicError(
-            f"topic name {name!r} has characters other than ASCII letters, digits, '.', '_', '-'"
-        )
-
-
-@dataclass(frozen=True)
-class TopicInfo:
-    """A topic as the controller records it. `owners[p]` is the worker index of partition p."""
-
-    name: str
-    owners: tuple[int, ...]
-    configs: dict[str, str] = field(default_factory=dict)
-    internal: bool = False
-
-    @property
-    def partition_count(self) -> int:
-        return len(self.owners)
-
-    def to_json(self) -> bytes:
-        return orjson.dumps(
-            {"name": self.name, "owners": list(self.owners), "configs": self.configs,
-             "internal": self.internal},
-            option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS,
-        )
-
-    @classmethod
-    def from_json(cls, data: bytes, *, source: str) -> TopicInfo:
-        try:
-            raw = orjson.loads(data)
-            return cls(
-                name=str(raw["name"]),
-                owners=tuple(int(o) for o in raw["owners"]),
-                configs={str(k): str(v) for k, v in raw.get("configs", {}).items()},
-                internal=bool(raw.get("internal", False)),
-            )
-        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"{source}: not a topic description: {exc}") from None
 
 
 def _write_atomically(path: Path, data: bytes) -> None:
@@ -162,9 +108,6 @@ class ProducerIdBlocks:
 
 def cluster_id(root: Path) -> str:
     """The appliance's cluster id, made once (Kafka's 22-character base64 UUID style)."""
-    import base64
-    import uuid
-
     path = Path(root) / CATALOG_DIR / "cluster.id"
     try:
         return path.read_text().strip()

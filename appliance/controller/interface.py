@@ -1,0 +1,52 @@
+"""What a worker may ask of its controller, and what it hears back: the one interface workers use.
+
+Today one implementation serves it, `ControllerClient` (the worker's end of the supervisor's
+control channel). Cluster mode puts the fleet's controller behind the same interface, so a
+worker never needs a second code path to know whether its appliance runs alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from appliance.controller.topics import FleetNode, TopicInfo, TopicResult
+from appliance.segments.config import LogConfig
+
+TopicListener = Callable[[str, TopicInfo | None], None]
+ReloadListener = Callable[[dict], None]
+
+
+class Controller(Protocol):
+    """Topic decisions and the facts a worker follows.
+
+    Reads (`topics`, `topic`) answer from what the worker has already been told and never
+    block. Requests (`create_topic`, `delete_topic`, `allocate_producer_id`) go to the
+    controller and return its decision; by the time one returns, the worker has already seen
+    the catalog change it caused. They raise `ControlChannelError` when the controller is gone.
+    """
+
+    defaults: LogConfig
+    default_partitions: int
+    cluster_id: str
+    # cluster mode only (None / -1 alone): the fleet's live nodes and its controller's node
+    fleet_nodes: dict[int, FleetNode] | None
+    fleet_controller_id: int
+
+    def topics(self) -> list[TopicInfo]: ...
+
+    def topic(self, name: str) -> TopicInfo | None: ...
+
+    def create_topic(self, name: str, partitions: int = -1, replication_factor: int = -1,
+                     configs: dict[str, str] | None = None, *,
+                     validate_only: bool = False) -> TopicResult: ...
+
+    def delete_topic(self, name: str) -> TopicResult: ...
+
+    def allocate_producer_id(self) -> int: ...
+
+    def add_listener(self, listener: TopicListener) -> None:
+        """`listener(name, info)` runs after a topic is created (info) or deleted (None)."""
+
+    def add_reload_listener(self, listener: ReloadListener) -> None:
+        """`listener(settings)` runs after the supervisor reloaded its config (SIGHUP)."""

@@ -1,0 +1,155 @@
+"""What the controller and its workers both speak of: a topic as placed, and a decision's outcome.
+
+Workers import this module (and the client and the channel), never the decisions, the catalog
+or the server: they follow what the controller decided, they do not decide.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import orjson
+
+from appliance.segments.config import LogConfig
+from klog.protocol.error_codes import ErrorCode
+
+MAX_TOPIC_NAME = 249
+_LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
+
+# Kafka topic configs that clients send with their default values, which klog honours by doing
+# nothing: any other value is refused, because klog would not do what it asks.
+DEFAULT_ONLY_CONFIGS = {"cleanup.policy": "delete", "compression.type": "producer"}
+
+
+class InvalidTopicError(ValueError):
+    """A topic name Kafka would refuse."""
+
+
+def check_topic_name(name: str) -> None:
+    """Kafka's rules: 1-249 characters of [a-zA-Z0-9._-], and not '.' or '..'."""
+    if not name:
+        raise InvalidTopicError("topic name is empty")
+    if name in (".", ".."):
+        raise InvalidTopicError(f"topic name cannot be {name!r}")
+    if len(name) > MAX_TOPIC_NAME:
+        raise InvalidTopicError(f"topic name is {len(name)} characters, the limit is 249")
+    if not _LEGAL_NAME.match(name):
+        raise InvalidTopicError(
+            f"topic name {name!r} has characters other than ASCII letters, digits, '.', '_', '-'"
+        )
+
+
+@dataclass(frozen=True)
+class PartitionLeadership:
+    """A partition's replicas and leadership in cluster mode, as the fleet's controller wrote
+    them in ZooKeeper (node ids; leader -1: offline)."""
+
+    leader: int
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+
+    def to_list(self) -> list:
+        return [self.leader, self.leader_epoch, list(self.replicas), list(self.isr)]
+
+    @classmethod
+    def from_list(cls, raw: list) -> PartitionLeadership:
+        leader, epoch, replicas, isr = raw
+        return cls(int(leader), int(epoch), tuple(int(r) for r in replicas),
+                   tuple(int(r) for r in isr))
+
+
+APPLIANCE_RACK_PREFIX = "klog-appliance-"
+
+
+def appliance_rack(broker_id: int) -> str:
+    """The rack Metadata gives every worker of an appliance (klog's client reads from any
+    worker of the leader's appliance); `broker.rack` serves replica placement instead."""
+    return f"{APPLIANCE_RACK_PREFIX}{broker_id}"
+
+
+@dataclass(frozen=True)
+class FleetNode:
+    """A live node of the fleet (a worker of some appliance), as Metadata lists it."""
+
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    """A topic as the controller records it. `owners[p]` is the index of the worker of this
+    appliance that holds partition p (-1 in cluster mode: no replica here).
+
+    `leadership` is None on an appliance that runs alone (the owner leads while it serves);
+    in cluster mode it carries each partition's replicas and leader. `internal` topics
+    (`__consumer_offsets`) are written by the appliance itself: clients may neither produce
+    to them nor delete them."""
+
+    name: str
+    owners: tuple[int, ...]
+    configs: dict[str, str] = field(default_factory=dict)
+    internal: bool = False
+    leadership: tuple[PartitionLeadership, ...] | None = None
+
+    @property
+    def partition_count(self) -> int:
+        return len(self.owners)
+
+    def has_partition(self, index: int) -> bool:
+        return 0 <= index < len(self.owners)
+
+    def to_dict(self) -> dict:
+        raw = {"name": self.name, "owners": list(self.owners), "configs": self.configs,
+               "internal": self.internal}
+        if self.leadership is not None:
+            raw["leadership"] = [state.to_list() for state in self.leadership]
+        return raw
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(self.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS)
+
+    @classmethod
+    def from_dict(cls, raw: dict) -> TopicInfo:
+        return cls(
+            name=str(raw["name"]),
+            owners=tuple(int(o) for o in raw["owners"]),
+            configs={str(k): str(v) for k, v in raw.get("configs", {}).items()},
+            internal=bool(raw.get("internal", False)),
+            leadership=(None if raw.get("leadership") is None else
+                        tuple(PartitionLeadership.from_list(s) for s in raw["leadership"])),
+        )
+
+    @classmethod
+    def from_json(cls, data: bytes, *, source: str) -> TopicInfo:
+        try:
+            return cls.from_dict(orjson.loads(data))
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ValueError(f"{source}: not a topic description: {exc}") from None
+
+
+@dataclass(frozen=True)
+class TopicResult:
+    """The outcome of one create or delete: an error code and a message for the client."""
+
+    name: str
+    error: ErrorCode = ErrorCode.NONE
+    message: str | None = None
+
+
+def topic_log_config(defaults: LogConfig, overrides: dict[str, str]) -> LogConfig:
+    """The effective LogConfig of a topic: the broker's defaults, then the topic's overrides.
+
+    Raises ValueError naming a key that is unknown or whose value klog cannot honour."""
+    settings = {**defaults.to_kafka()}
+    for key, value in overrides.items():
+        if key in DEFAULT_ONLY_CONFIGS:
+            if value != DEFAULT_ONLY_CONFIGS[key]:
+                raise ValueError(f"{key}={value} is not supported; klog only does "
+                                 f"{key}={DEFAULT_ONLY_CONFIGS[key]}")
+            continue
+        settings[key] = value
+    return LogConfig.from_kafka(settings)

@@ -1,0 +1,62 @@
+"""What a handler may use of its worker: the declared surface, instead of the whole object.
+
+Handlers (`appliance/workers/handlers/`) and the group coordinator receive the `Worker`, but
+type it as `HandlerContext`, so the facts and services they rely on are listed here and a
+new dependency shows up as a change to this protocol. The Worker implements it; a test
+checks that it still does.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from appliance.config import BrokerConfig
+from appliance.controller.interface import Controller
+from appliance.controller.topics import FleetNode, TopicInfo
+from appliance.segments.group_commit import GroupCommitter
+from klog.protocol.error_codes import ErrorCode
+
+if TYPE_CHECKING:  # the worker's own parts: imported for their types only
+    from appliance.workers.groups.coordinator import GroupCoordinator
+    from appliance.workers.owned_partitions import OwnedPartitions
+    from appliance.workers.waiters import AppendWaiters
+
+
+class HandlerContext(Protocol):
+    config: BrokerConfig
+    controller: Controller
+    index: int
+    node_id: int
+    controller_node_id: int
+    cluster_id: str
+    log_dir: Path
+    partitions: OwnedPartitions  # the worker's own logs: the only ones it may append to
+    groups: GroupCoordinator
+    committer: GroupCommitter  # acks=all and group commits wait on its fdatasync
+    waiters: AppendWaiters  # long-polling fetches wait here for appends
+    advertised_api_versions: list  # ApiVersions' answer, from the handlers this worker has
+
+    def now_ms(self) -> int: ...
+
+    def nodes(self) -> list[FleetNode]:
+        """The nodes that serve now, as Metadata lists them."""
+
+    def node_id_of(self, worker_index: int) -> int: ...
+
+    def partition_leader(self, info: TopicInfo, index: int) -> FleetNode | None:
+        """The live node leading a partition, or None while it is offline."""
+
+    def leads(self, topic: str, index: int) -> bool:
+        """Whether appends to the partition belong to this worker."""
+
+    def is_serving(self, worker_index: int) -> bool: ...
+
+    def high_watermark_of(self, topic: str, index: int) -> int | None: ...
+
+    def readable_log(self, topic: str, index: int):
+        """The log a Fetch reads (this worker's own or another's through shm), or None."""
+
+    def absent_partition_error(self, topic: str, index: int) -> ErrorCode: ...
+
+    def note_fetched(self, topic: str, index: int, nbytes: int) -> None: ...

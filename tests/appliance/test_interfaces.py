@@ -1,0 +1,46 @@
+"""The declared interfaces hold: what a worker may ask of its controller (`Controller`), and
+what a handler may use of its worker (`HandlerContext`). A class that dropped or renamed a
+member would fail here before a handler failed in production."""
+
+import ast
+import inspect
+import textwrap
+
+import pytest
+
+from appliance.controller.client import ControllerClient
+from appliance.controller.interface import Controller
+from appliance.workers.handler_context import HandlerContext
+from appliance.workers.worker import Worker
+
+
+def _protocol_members(protocol) -> set[str]:
+    declared = set(protocol.__annotations__)
+    declared |= {name for name, value in vars(protocol).items()
+                 if callable(value) and not name.startswith("_")}
+    return declared
+
+
+def _instance_attributes(cls) -> set[str]:
+    """Names the class assigns to `self.` in its __init__, plus its class-level members."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls.__init__)))
+    assigned = {node.attr for node in ast.walk(tree)
+                if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                and node.value.id == "self" and isinstance(node.ctx, ast.Store)}
+    return assigned | {name for name in dir(cls) if not name.startswith("_")}
+
+
+@pytest.mark.parametrize(("implementation", "protocol"), [
+    (ControllerClient, Controller),
+    (Worker, HandlerContext),
+])
+def test_implementation_has_every_declared_member(implementation, protocol):
+    missing = _protocol_members(protocol) - _instance_attributes(implementation)
+    assert not missing, f"{implementation.__name__} lacks {sorted(missing)} of {protocol.__name__}"
+
+
+def test_protocols_declare_what_they_promise():
+    assert {"create_topic", "delete_topic", "topic", "topics", "allocate_producer_id",
+            "add_listener", "add_reload_listener", "cluster_id"} <= _protocol_members(Controller)
+    assert {"partitions", "controller", "absent_partition_error", "readable_log",
+            "now_ms"} <= _protocol_members(HandlerContext)
