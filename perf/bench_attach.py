@@ -78,7 +78,7 @@ def fill_and_kill(directory: str, config: LogConfig, total_bytes: int) -> Attach
 
 def crash(log: PartitionLog) -> None:
     """Release the files as a SIGKILL would: nothing trimmed, the state file says unclean."""
-    for segment in log._segments.all_including_retired():
+    for segment in log.segments.all_including_retired():
         segment.active = False
         segment.close()
     log._closed = True

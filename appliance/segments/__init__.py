@@ -35,8 +35,8 @@ from .errors import (
 from .group_commit import GroupCommitStatistics, GroupCommitter
 from .layout import partition_dir
 from .log import EMPTY_SLICE, AppendInfo, BatchPosition, LogSnapshot, PartitionLog, ReadSlice
-from .reader import PartitionReader, ReaderStatistics
-from .recovery import RecoveryReport, SegmentRecovery
+from .non_owner_reader import PartitionReader, ReaderStatistics
+from .recovery_scan import RecoveryReport, SegmentRecovery
 
 __all__ = [
     "EMPTY_SLICE",

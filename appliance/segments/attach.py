@@ -41,10 +41,15 @@ from typing import NamedTuple
 from .config import INT32_MAX, LogConfig
 from .errors import CorruptRecordError
 from .layout import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, segment_path
-from .readonly import PreadOffsetIndex
-from .recovery import RecoveryReport, SegmentRecovery
-from .repair import recover_segment, restore_max_timestamp, restore_rolling_base, validate_from
+from .read_only_segment import PreadOffsetIndex
+from .recovery_scan import RecoveryReport, SegmentRecovery
 from .segment import LogSegment
+from .segment_repair import (
+    recover_segment,
+    restore_max_timestamp,
+    restore_rolling_base,
+    validate_from,
+)
 
 
 class AttachPoint(NamedTuple):

@@ -31,14 +31,14 @@ from typing import NamedTuple
 
 from klog.protocol import record_batch as rb
 
-from . import faults, policy, reads, retention
+from . import faults, log_reads, policy, retention
 from .attach import AttachPoint
 from .config import LONG_MAX, LogConfig
 from .errors import LogClosedError, StorageError, storage_errors
 from .layout import fsync_directory, write_state
 from .log_loader import load_segments
-from .reads import EMPTY_SLICE, BatchPosition, ReadSlice
-from .recovery import RecoveryReport
+from .log_reads import EMPTY_SLICE, BatchPosition, ReadSlice
+from .recovery_scan import RecoveryReport
 from .segment import LogSegment
 from .segment_list import SegmentList
 from .validation import validate_append
@@ -83,8 +83,11 @@ class PartitionLog:
         self.config = config
         self.recovery = recovery
         self.last_retention: policy.RetentionPlan | None = None
-        self._segments = SegmentList(segments, directory)
-        self._log_end_offset = self._high_watermark = self._segments.active.next_offset
+        # The segment list and the two setters below are shared with the engine's own read and
+        # retention modules (log_reads.py, retention.py: this class's methods, kept apart); code
+        # outside appliance.segments uses the methods instead.
+        self.segments = SegmentList(segments, directory)
+        self._log_end_offset = self._high_watermark = self.segments.active.next_offset
         self._log_start_offset = log_start_offset
         self._recovery_point = self._log_end_offset if recovery_point is None else recovery_point
         self._unflushed_messages = 0
@@ -114,7 +117,7 @@ class PartitionLog:
         try:
             plog._write_state(clean_shutdown=False)
         except StorageError:
-            plog._segments.close_all()
+            plog.segments.close_all()
             raise
         if report.changed:
             log.log(logging.ERROR if report.corrupt_in_middle else logging.WARNING, "%s", report)
@@ -143,11 +146,11 @@ class PartitionLog:
 
     @property
     def size_bytes(self) -> int:
-        return self._segments.size_bytes()
+        return self.segments.size_bytes()
 
     @property
     def segment_count(self) -> int:
-        return len(self._segments)
+        return len(self.segments)
 
     @property
     def closed(self) -> bool:
@@ -155,9 +158,9 @@ class PartitionLog:
 
     def snapshot(self) -> LogSnapshot:
         """The numbers to publish after every append, roll, retention or truncation (the shm
-        region's partition entry): what a :class:`~appliance.segments.reader.PartitionReader`
-        in another process needs, and what a restarted owner attaches to."""
-        active = self._segments.active
+        region's partition entry): what a ``PartitionReader`` (non_owner_reader.py) in another
+        process needs, and what a restarted owner attaches to."""
+        active = self.segments.active
         return LogSnapshot(self._log_start_offset, self._high_watermark, self._log_end_offset,
                            active.base_offset, active.size)
 
@@ -166,13 +169,13 @@ class PartitionLog:
         ``first``-th on (entry n names the last offset of the batch at byte ``position``), for
         the shm ring. The count restarts at 0 when the active segment changes and drops when a
         truncation removes entries: publish the whole list again then."""
-        index = self._segments.active.index
+        index = self.segments.active.index
         return [index.entry_at(n) for n in range(first, index.entries)]
 
     @property
     def active_index_count(self) -> int:
         """How many offset index entries the active segment has (see active_index_entries)."""
-        return self._segments.active.index.entries
+        return self.segments.active.index.entries
 
     # -- appending --------------------------------------------------------------------------
 
@@ -190,7 +193,7 @@ class PartitionLog:
         spans, record_count, offset_count = validate_append(
             view, path=self.directory, segment_bytes=config.segment_bytes,
             max_message_bytes=config.max_message_bytes)
-        first, segment = self._log_end_offset, self._segments.active
+        first, segment = self._log_end_offset, self.segments.active
         if policy.roll_reason(
             size_bytes=segment.size, append_bytes=len(view), now_ms=now_ms,
             rolling_base_ms=segment.rolling_base_ms, index_full=segment.index_full,
@@ -220,7 +223,7 @@ class PartitionLog:
         self._roll(now_ms)
 
     def _roll(self, now_ms: int) -> LogSegment:
-        old = self._segments.active
+        old = self.segments.active
         if old.size == 0:
             return old
         new = LogSegment.create(self.directory, self._log_end_offset, self.config, now_ms=now_ms)
@@ -235,7 +238,7 @@ class PartitionLog:
             old.seal()
         except OSError as exc:  # the file stays untrimmed; recovery trims it
             log.warning("could not trim %s on roll: %s", old.path, exc)
-        self._segments.add(new)
+        self.segments.add(new)
         faults.point("log.after_roll")
         return new
 
@@ -263,33 +266,33 @@ class PartitionLog:
         group commit thread calls it). Raises StorageError, LogClosedError."""
         if offset < self._recovery_point:
             return self._recovery_point
-        with self._segments.lock:
+        with self.segments.lock:
             if self._closed:
                 raise LogClosedError(self.directory)
             end = self._log_end_offset
             if end > self._recovery_point:
-                for segment in self._segments.unflushed(self._recovery_point):
+                for segment in self.segments.unflushed(self._recovery_point):
                     with storage_errors(segment.path, "fdatasync"):
                         faults.point("log.flush.before_sync")
                         segment.flush()
                 self._recovery_point = end
             return self._recovery_point
 
-    # -- reading (reads.py) -----------------------------------------------------------------
+    # -- reading (log_reads.py) -------------------------------------------------------------
 
     def read(self, offset: int, max_bytes: int) -> ReadSlice:
         """Whole batches from the one holding ``offset``, in one segment, up to ``max_bytes``
         but at least one batch (KIP-74), never past the high watermark. Empty (falsy) at the
         high watermark. O(log n) in the segment's index plus a short scan of headers.
         Raises OffsetOutOfRangeError outside [log start, log end], LogClosedError."""
-        return reads.read(self, offset, max_bytes)
+        return log_reads.read(self, offset, max_bytes)
 
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with timestamp >= ``timestamp_ms`` below the
         high watermark, or None (Kafka's ListOffsets by time). O(segments) comparisons in
         memory, then O(log n) in one segment's time and offset indexes; record-exact when
         ``klog.protocol.records`` can decode the batch (see ``lookup.refine_in_batch``)."""
-        return reads.offset_for_timestamp(self, timestamp_ms)
+        return log_reads.offset_for_timestamp(self, timestamp_ms)
 
     def iter_batch_headers(
         self, start_offset: int | None = None
@@ -298,7 +301,7 @@ class PartitionLog:
         to the log end, read from disk (e.g. to rebuild idempotent-producer state). Do not
         append while iterating."""
         start = self._log_start_offset if start_offset is None else start_offset
-        return reads.iter_batch_headers(self, start)
+        return log_reads.iter_batch_headers(self, start)
 
     # -- retention, truncation (retention.py) -------------------------------------------------
 
@@ -316,7 +319,7 @@ class PartitionLog:
         Returns the number of segments deleted. Raises StorageError."""
         offset = min(offset, self.high_watermark)
         if offset > self._log_start_offset:
-            self._set_log_start_offset(offset)
+            self.set_log_start_offset(offset)
         return retention.apply_retention(self, now_ms)
 
     def truncate_to(self, offset: int, *, now_ms: int) -> int:
@@ -325,13 +328,14 @@ class PartitionLog:
         Returns the new log end offset. Raises StorageError."""
         return retention.truncate_to(self, offset, now_ms)
 
-    def _set_end_offsets(self, end: int) -> None:
-        """After a truncation: the log end, and what may not exceed it."""
+    def set_end_offsets(self, end: int) -> None:
+        """After a truncation (retention.py): the log end, and what may not exceed it."""
         self._log_end_offset = end
         self._high_watermark = min(self._high_watermark, end)
         self._recovery_point = min(self._recovery_point, end)
 
-    def _set_log_start_offset(self, offset: int) -> None:
+    def set_log_start_offset(self, offset: int) -> None:
+        """Retention and DeleteRecords (retention.py) move the log start; it is persisted."""
         self._log_start_offset = offset
         self._write_state(clean_shutdown=False)
 
@@ -349,19 +353,19 @@ class PartitionLog:
         if self._closed:
             return
         try:
-            with storage_errors(self.directory, "close the log"), self._segments.lock:
-                self._segments.active.seal()
-                for segment in self._segments:
+            with storage_errors(self.directory, "close the log"), self.segments.lock:
+                self.segments.active.seal()
+                for segment in self.segments:
                     segment.sync_all()
             self._write_state(clean_shutdown=True)
         finally:
             self._closed = True
-            self._segments.close_all()
+            self.segments.close_all()
 
     def delete(self) -> None:
         """Close the log and remove its directory (topic deletion). Raises StorageError."""
         self._closed = True
-        self._segments.close_all()
+        self.segments.close_all()
         with storage_errors(self.directory, "delete"):
             shutil.rmtree(self.directory)
 

@@ -28,9 +28,9 @@ import os
 from .attach import AttachPoint, AttachRefused, attach_segments
 from .config import LogConfig
 from .layout import leftover_files, list_segment_bases, read_state
-from .recovery import RecoveryReport, SegmentRecovery
-from .repair import recover_segment, restore_rolling_base
+from .recovery_scan import RecoveryReport, SegmentRecovery
 from .segment import LogSegment
+from .segment_repair import recover_segment, restore_rolling_base
 
 log = logging.getLogger("klog.segments")
 

@@ -15,9 +15,8 @@ The timestamp search is batch-granular (the engine keeps batches opaque);
 
 from __future__ import annotations
 
-import importlib
-
 from klog.protocol.record_batch import BatchHeader
+from klog.protocol.records import first_offset_at_or_after
 
 from .errors import CorruptRecordError
 from .segment import LogSegment
@@ -98,26 +97,17 @@ def refine_in_batch(
 
     LogAppendTime batches: every record's timestamp is the batch's max timestamp, so the first
     record is the answer. CreateTime: ask ``klog.protocol.records.first_offset_at_or_after``
-    (it decodes, and decompresses, one batch read with ``pread``); without it, or if it fails,
-    answer the batch's first record (offset, base timestamp): a consumer starting there sees
+    (it decodes, and decompresses, one batch read with ``pread``); if that fails, answer the
+    batch's first record (offset, base timestamp): a consumer starting there sees
     at most one batch of earlier records, never misses one.
     """
     if header.log_append_time:
         return header.base_offset, header.max_timestamp
     fallback = (header.base_offset, header.base_timestamp)
-    finder = _record_finder()
-    if finder is None:
-        return fallback
     try:
-        found = finder(segment.read_bytes(position, header.size), 0, timestamp_ms)
+        found = first_offset_at_or_after(segment.read_bytes(position, header.size), 0,
+                                         timestamp_ms)
     except Exception:  # noqa: BLE001 - an unsupported codec or a decoding bug: stay coarse
         return fallback
     return tuple(found) if found is not None else fallback
 
-
-def _record_finder():
-    try:
-        records = importlib.import_module("klog.protocol.records")
-    except ImportError:
-        return None
-    return getattr(records, "first_offset_at_or_after", None)

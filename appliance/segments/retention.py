@@ -16,13 +16,13 @@ from __future__ import annotations
 
 from . import faults, policy
 from .errors import LogClosedError, storage_errors
-from .repair import truncate_segment
 from .segment import LogSegment
+from .segment_repair import truncate_segment
 
 
 def apply_retention(plog, now_ms: int) -> int:
     """See :meth:`PartitionLog.apply_retention`."""
-    segments, config = plog._segments, plog.config
+    segments, config = plog.segments, plog.config
     segments.close_due(now_ms)
     plan = policy.retention_plan(
         [policy.SegmentStats(s.base_offset, s.next_offset, s.size, s.largest_timestamp_ms())
@@ -32,11 +32,11 @@ def apply_retention(plog, now_ms: int) -> int:
     )
     if plan.delete_count:
         if plan.roll_active:
-            plog._roll(now_ms)
+            plog.roll(now_ms=now_ms)
         segments.retire(list(segments[: plan.delete_count]), now_ms + config.file_delete_delay_ms)
         faults.point("log.retention.after_rename")
     if plan.log_start_offset != plog.log_start_offset:
-        plog._set_log_start_offset(plan.log_start_offset)
+        plog.set_log_start_offset(plan.log_start_offset)
     plog.last_retention = plan
     return plan.delete_count
 
@@ -45,7 +45,7 @@ def truncate_to(plog, offset: int, now_ms: int) -> int:
     """See :meth:`PartitionLog.truncate_to`."""
     if plog.closed:
         raise LogClosedError(plog.directory)
-    segments = plog._segments
+    segments = plog.segments
     if offset >= plog.log_end_offset:
         return plog.log_end_offset
     if offset < segments.first.base_offset:
@@ -59,9 +59,9 @@ def truncate_to(plog, offset: int, now_ms: int) -> int:
     with storage_errors(keep.path, "truncate"):
         truncate_segment(keep, offset)
         keep.flush()
-    plog._set_end_offsets(keep.next_offset)
+    plog.set_end_offsets(keep.next_offset)
     if plog.log_start_offset > plog.log_end_offset:  # truncated below the log start
-        plog._set_log_start_offset(plog.log_end_offset)
+        plog.set_log_start_offset(plog.log_end_offset)
     return plog.log_end_offset
 
 
@@ -70,8 +70,8 @@ def _truncate_fully(plog, offset: int, now_ms: int) -> int:
     truncateFullyAndStartAt). The new segment is created first, so a full disk leaves the log
     as it was."""
     new = LogSegment.create(plog.directory, offset, plog.config, now_ms=now_ms)
-    plog._segments.retire(list(plog._segments), now_ms + plog.config.file_delete_delay_ms)
-    plog._segments.add(new)
-    plog._set_end_offsets(offset)
-    plog._set_log_start_offset(offset)
+    plog.segments.retire(list(plog.segments), now_ms + plog.config.file_delete_delay_ms)
+    plog.segments.add(new)
+    plog.set_end_offsets(offset)
+    plog.set_log_start_offset(offset)
     return offset

@@ -15,6 +15,7 @@ from appliance.config import BrokerConfig
 from appliance.controller.interface import Controller
 from appliance.controller.topics import FleetNode, TopicInfo
 from appliance.segments.group_commit import GroupCommitter
+from appliance.segments.readable import ReadableLog
 from klog.protocol.error_codes import ErrorCode
 
 if TYPE_CHECKING:  # the worker's own parts: imported for their types only
@@ -54,7 +55,7 @@ class HandlerContext(Protocol):
 
     def high_watermark_of(self, topic: str, index: int) -> int | None: ...
 
-    def readable_log(self, topic: str, index: int):
+    def readable_log(self, topic: str, index: int) -> ReadableLog | None:
         """The log a Fetch reads (this worker's own or another's through shm), or None."""
 
     def absent_partition_error(self, topic: str, index: int) -> ErrorCode: ...

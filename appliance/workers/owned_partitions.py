@@ -19,6 +19,7 @@ from appliance.segments.errors import (
     RecordTooLargeError,
     StorageError,
 )
+from appliance.segments.layout import partition_dir
 from appliance.segments.log import PartitionLog
 from appliance.workers.producer_state import ProducerStates, Verdict
 from appliance.workers.shared_state import Publisher
@@ -45,10 +46,6 @@ class AppendOutcome:
     log_append_time_ms: int = -1
     log_start_offset: int = -1
     message: str | None = None
-
-
-def partition_dir(log_dir: Path, topic: str, index: int) -> Path:
-    return log_dir / f"{topic}-{index}"
 
 
 class OwnedPartitions:
@@ -80,7 +77,7 @@ class OwnedPartitions:
                 continue
             directory = partition_dir(self.log_dir, info.name, index)
             attach = self.publisher.attach_point(info.name, index)
-            partition_log = PartitionLog.open(str(directory), config, now_ms=now_ms,
+            partition_log = PartitionLog.open(directory, config, now_ms=now_ms,
                                               attach=attach)
             producers = ProducerStates()
             for _, header in partition_log.iter_batch_headers():

@@ -12,8 +12,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from appliance.segments.layout import partition_dir
 from appliance.segments.log import AttachPoint
-from appliance.segments.reader import PartitionReader
+from appliance.segments.non_owner_reader import PartitionReader
 from appliance.shm.partition_table import FreeSlotError
 from appliance.shm.seqlock import TornEntryError
 
@@ -146,8 +147,8 @@ class RemoteLogs:
             key = (topic, index, view_owner)
             reader = self._readers.get(key)
             if reader is None:
-                directory = self.log_dirs[view_owner] / f"{topic}-{index}"
-                reader = self._readers[key] = PartitionReader(str(directory))
+                directory = partition_dir(self.log_dirs[view_owner], topic, index)
+                reader = self._readers[key] = PartitionReader(directory)
             return RemoteLog(self.region, slot, reader, self.worker_index)
         except (TornEntryError, FreeSlotError):
             return None

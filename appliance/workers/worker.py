@@ -23,6 +23,7 @@ from appliance.controller.topics import FleetNode, TopicInfo, appliance_rack
 from appliance.identity import node_id_for
 from appliance.segments.errors import StorageError
 from appliance.segments.group_commit import GroupCommitter
+from appliance.segments.readable import ReadableLog
 from appliance.shm.appliance_region import ApplianceRegion
 from appliance.shm.partition_table import FreeSlotError
 from appliance.shm.seqlock import TornEntryError
@@ -151,7 +152,7 @@ class Worker:
         except (TornEntryError, FreeSlotError):  # freed, or its owner died mid-update
             return None
 
-    def readable_log(self, topic: str, index: int):
+    def readable_log(self, topic: str, index: int) -> ReadableLog | None:
         """The log a Fetch reads: this worker's own, or another worker's through shm."""
         owned = self.partitions.get(topic, index)
         if owned is not None:

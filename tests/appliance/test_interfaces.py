@@ -1,5 +1,6 @@
-"""The declared interfaces hold: what a worker may ask of its controller (`Controller`), and
-what a handler may use of its worker (`HandlerContext`). A class that dropped or renamed a
+"""The declared interfaces hold: what a worker may ask of its controller (`Controller`), what
+a handler may use of its worker (`HandlerContext`), and what a Fetch reads of a log, owned or
+not (`ReadableLog`). A class that dropped or renamed a
 member would fail here before a handler failed in production."""
 
 import ast
@@ -10,14 +11,17 @@ import pytest
 
 from appliance.controller.client import ControllerClient
 from appliance.controller.interface import Controller
+from appliance.segments.log import PartitionLog
+from appliance.segments.readable import ReadableLog
 from appliance.workers.handler_context import HandlerContext
+from appliance.workers.shared_state import RemoteLog
 from appliance.workers.worker import Worker
 
 
 def _protocol_members(protocol) -> set[str]:
     declared = set(protocol.__annotations__)
     declared |= {name for name, value in vars(protocol).items()
-                 if callable(value) and not name.startswith("_")}
+                 if (callable(value) or isinstance(value, property)) and not name.startswith("_")}
     return declared
 
 
@@ -33,6 +37,8 @@ def _instance_attributes(cls) -> set[str]:
 @pytest.mark.parametrize(("implementation", "protocol"), [
     (ControllerClient, Controller),
     (Worker, HandlerContext),
+    (PartitionLog, ReadableLog),  # the owner's log
+    (RemoteLog, ReadableLog),  # another worker's, read through shm
 ])
 def test_implementation_has_every_declared_member(implementation, protocol):
     missing = _protocol_members(protocol) - _instance_attributes(implementation)
@@ -44,3 +50,4 @@ def test_protocols_declare_what_they_promise():
             "add_listener", "add_reload_listener", "cluster_id"} <= _protocol_members(Controller)
     assert {"partitions", "controller", "absent_partition_error", "readable_log",
             "now_ms"} <= _protocol_members(HandlerContext)
+    assert {"high_watermark", "log_start_offset", "read"} <= _protocol_members(ReadableLog)

@@ -50,7 +50,7 @@ class Crash(BaseException):
 def crash(log: PartitionLog) -> None:
     """Leave the files exactly as a SIGKILL would: untrimmed, indexes as they are, the state
     file saying 'unclean'. Only the descriptors and maps of this process are released."""
-    for segment in log._segments.all_including_retired():
+    for segment in log.segments.all_including_retired():
         segment.active = False  # so that close() does not seal (trim) anything
         segment.close()
     log._closed = True

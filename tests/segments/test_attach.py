@@ -13,9 +13,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import random
-import select
-import signal
-import time
 
 import pytest
 
@@ -24,6 +21,7 @@ from klog.protocol import record_batch as rb
 
 from .batches import random_batch, split_batches, with_base_offset
 from .conftest import SMALL, Crash, crash
+from .kill_harness import run_until_killed
 
 SEED = 20_250_101
 ROUNDS = 36
@@ -58,31 +56,8 @@ def _child(directory: str, round_no: int, fault: str | None, countdown: int, out
 def _run_round(directory: str, round_no: int, rng: random.Random) -> list[list[int]]:
     fault = FAULTS[round_no % len(FAULTS)]
     countdown, delay_s = rng.randint(0, 20), rng.uniform(0.0, 0.03)
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(read_fd)
-        _child(directory, round_no, fault, countdown, write_fd)
-    os.close(write_fd)
-    data, deadline = b"", None
-    while True:
-        ready, _, _ = select.select([read_fd], [], [], 0.005)
-        if ready:
-            chunk = os.read(read_fd, 65536)
-            if not chunk:
-                break
-            data += chunk
-            if deadline is None and b"open\n" in data:
-                deadline = time.monotonic() + delay_s
-        if deadline is not None and time.monotonic() >= deadline:
-            os.kill(pid, signal.SIGKILL)
-            deadline = float("inf")
-    os.close(read_fd)
-    _, status = os.waitpid(pid, 0)
-    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, data[-300:]
-    lines = data.decode().splitlines()
-    assert not any(line.startswith("error") for line in lines), lines[-3:]
-    return [list(map(int, line.split())) for line in lines if line != "open"]
+    return run_until_killed(
+        lambda out: _child(directory, round_no, fault, countdown, out), delay_s)
 
 
 def _every_batch(log) -> dict[int, bytes]:
@@ -188,7 +163,7 @@ def test_a_torn_tail_is_cut_and_index_entries_beyond_it_dropped(open_log, log_di
     faults.arm("segment.after_write", Crash())  # written and indexed, not published
     with pytest.raises(Crash):
         log.append(many, now_ms=0)
-    in_flight = log._segments.active.index.entries
+    in_flight = log.segments.active.index.entries
     crash(log)
     path = os.path.join(log_dir, f"{point.active_base_offset:020d}.log")
     third = point.active_bytes + sum(rb.read_header(b).size for b in _split(many)[:2])
@@ -203,7 +178,7 @@ def test_a_torn_tail_is_cut_and_index_entries_beyond_it_dropped(open_log, log_di
     assert tail.truncated_at == third
     assert again.log_end_offset == point.log_end_offset + sum(
         rb.read_header(b).last_offset_delta + 1 for b in _split(many)[:2])
-    index = again._segments.active.index
+    index = again.segments.active.index
     assert index.entries < in_flight
     assert all(index.entry_at(n)[1] < third for n in range(index.entries))
     _readable(again, sent)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import random
-import select
 import signal
 import time
 
@@ -17,6 +16,7 @@ from klog.protocol import record_batch as rb
 
 from .batches import random_batch, with_base_offset
 from .conftest import crash
+from .kill_harness import run_until_killed
 
 SEED = 20240611
 ROUNDS = 80
@@ -48,36 +48,12 @@ def _child(directory: str, round_no: int, fault: str | None, countdown: int, out
         os._exit(1)
 
 
-def _run_round(directory: str, round_no: int, rng: random.Random) -> list[tuple[int, int, int]]:
+def _run_round(directory: str, round_no: int, rng: random.Random) -> list[list[int]]:
     fault = FAULTS[(round_no // 2) % len(FAULTS)] if round_no % 2 else None
     countdown = rng.randint(0, 25)
     delay_s = rng.uniform(0.0, 0.04)
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(read_fd)
-        _child(directory, round_no, fault, countdown, write_fd)
-    os.close(write_fd)
-    data = b""
-    deadline = None
-    while True:
-        ready, _, _ = select.select([read_fd], [], [], 0.005)
-        if ready:
-            chunk = os.read(read_fd, 65536)
-            if not chunk:
-                break  # the child died (an armed fault killed it)
-            data += chunk
-            if deadline is None and b"open\n" in data:
-                deadline = time.monotonic() + delay_s
-        if deadline is not None and time.monotonic() >= deadline:
-            os.kill(pid, signal.SIGKILL)
-            deadline = float("inf")
-    os.close(read_fd)
-    _, status = os.waitpid(pid, 0)
-    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, data[-300:]
-    lines = data.decode().splitlines()
-    assert not any(line.startswith("error") for line in lines), lines[-3:]
-    return [tuple(map(int, line.split())) for line in lines if line != "open"]
+    return run_until_killed(
+        lambda out: _child(directory, round_no, fault, countdown, out), delay_s)
 
 
 def test_sigkill_never_loses_an_acknowledged_append(tmp_path):

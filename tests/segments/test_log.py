@@ -220,7 +220,7 @@ def test_log_start_offset_survives_reopen_inside_a_segment(open_log):
     log = open_log()
     for _ in range(10):
         log.append(make_batch(records=3), now_ms=0)
-    log._set_log_start_offset(10)  # inside the batch [9, 11], as DeleteRecords would
+    log.set_log_start_offset(10)  # inside the batch [9, 11], as DeleteRecords would
     log.close()
     again = open_log()
     assert again.log_start_offset == 10
@@ -250,9 +250,9 @@ def test_truncate_to(open_log):
 def test_truncate_below_every_segment_starts_over(open_log):
     log = open_log()
     _fill(log, random.Random(12), 50)
-    log._set_log_start_offset(log._segments[1].base_offset + 1)
+    log.set_log_start_offset(log.segments[1].base_offset + 1)
     log.apply_retention(now_ms=0)
-    assert log._segments[0].base_offset > 5 and log.last_retention.reasons == ("log start offset",)
+    assert log.segments[0].base_offset > 5 and log.last_retention.reasons == ("log start offset",)
     log.truncate_to(5, now_ms=0)
     assert (log.log_start_offset, log.log_end_offset, log.segment_count) == (5, 5, 1)
     assert log.append(make_batch(), now_ms=0).base_offset == 5

@@ -212,7 +212,7 @@ def test_after_truncation(open_log, log_dir):
             _random_reads(log, reader, rng, 10)
             cut = rng.randint(log.log_start_offset, log.log_end_offset)
             if round_no == 5:
-                cut = log._segments.first.base_offset - 1 if log.log_start_offset else 0
+                cut = log.segments.first.base_offset - 1 if log.log_start_offset else 0
             log.truncate_to(max(cut, 0), now_ms=0)
             _random_reads(log, reader, rng, 15)
         assert reader.statistics().refreshes >= 8
@@ -239,7 +239,7 @@ def test_a_wrong_index_entry_makes_the_reader_look_up_without_it(open_log, log_d
     rng = random.Random(SEED + 7)
     log = open_log()
     _fill(log, rng, 60)
-    sealed = log._segments[0]
+    sealed = log.segments[0]
     path = os.path.join(log_dir, f"{sealed.base_offset:020d}.index")
     entries = os.path.getsize(path) // 8
     assert entries >= 2
@@ -298,7 +298,7 @@ def test_open_descriptors_are_capped(open_log, log_dir):
 
 
 def test_pread_index_lookups_agree_with_the_owners_maps(open_log, log_dir):
-    from appliance.segments.readonly import ReadOnlySegment
+    from appliance.segments.read_only_segment import ReadOnlySegment
 
     config = dataclasses.replace(SMALL, segment_bytes=1 << 20, index_interval_bytes=0,
                                  segment_index_bytes=1 << 16)
@@ -309,9 +309,9 @@ def test_pread_index_lookups_agree_with_the_owners_maps(open_log, log_dir):
         if i == 1600:
             log.roll(now_ms=0)
     snap = log.snapshot()
-    for owner in log._segments:
+    for owner in log.segments:
         view = ReadOnlySegment(log_dir, owner.base_offset)
-        active = owner is log._segments.active
+        active = owner is log.segments.active
         view.bound(snap.active_bytes if active else view.file_size,
                    snap.log_end_offset if active else owner.next_offset)
         assert owner.index.entries > 600  # more than one 4 KiB window

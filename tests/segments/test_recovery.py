@@ -107,7 +107,7 @@ def test_corruption_in_a_middle_segment_truncates_there_and_drops_later_segments
     log = open_log()
     sent = _fill(log, 100)
     assert log.segment_count >= 4
-    second = log._segments[1].base_offset
+    second = log.segments[1].base_offset
     log.close()
     batches = _batches_of(_segment_file(log_dir, second))
     position, header = batches[3]
@@ -119,13 +119,13 @@ def test_corruption_in_a_middle_segment_truncates_there_and_drops_later_segments
     assert again.log_end_offset == header.base_offset and again.segment_count == 2
     assert f"segment {second}: truncated" in str(report)
     _readable(again, [(o, b) for o, b in sent if o < header.base_offset])
-    assert not os.path.exists(_segment_file(log_dir, log._segments[-1].base_offset))
+    assert not os.path.exists(_segment_file(log_dir, log.segments[-1].base_offset))
 
 
 def test_unclean_shutdown_checks_every_segment_tail(open_log, log_dir):
     log = open_log()
     _fill(log, 100)
-    first_end = log._segments[0].next_offset
+    first_end = log.segments[0].next_offset
     crash(log)
     batches = _batches_of(_segment_file(log_dir, 0))
     _flip(_segment_file(log_dir, 0), batches[-1][0] + 65)  # last batch of the first segment
@@ -183,10 +183,10 @@ def test_index_entries_past_the_end_are_dropped(open_log, log_dir):
     log = open_log()
     sent = _fill(log, 20)
     crash(log)
-    batches = _batches_of(_segment_file(log_dir, log._segments[-1].base_offset))
+    batches = _batches_of(_segment_file(log_dir, log.segments[-1].base_offset))
     # power loss: the index reached the disk but the last batches of the log did not
     cut = batches[len(batches) // 2][0]
-    path = _segment_file(log_dir, log._segments[-1].base_offset)
+    path = _segment_file(log_dir, log.segments[-1].base_offset)
     with open(path, "r+b") as f:
         f.seek(cut)
         f.write(bytes(os.path.getsize(path) - cut))

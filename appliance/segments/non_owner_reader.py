@@ -7,7 +7,7 @@ high watermark, log end, active segment base offset and valid bytes: a
 and answers from the segment files of ``<log dir>/<topic>-<partition>/`` exactly what the
 owner's :meth:`PartitionLog.read` would have answered with the same numbers: the same
 ``(position, length)`` in the same segment, over the same bytes. It runs the owner's own lookups
-(``lookup.py``) over read-only views of the files (``readonly.py``).
+(``lookup.py``) over read-only views of the files (``read_only_segment.py``).
 
 Rules that keep it right while the owner keeps writing:
 
@@ -50,8 +50,8 @@ from dataclasses import dataclass
 from . import lookup
 from .errors import CorruptRecordError, LogClosedError, OffsetOutOfRangeError
 from .layout import list_segment_bases
-from .readonly import ReadOnlySegment
-from .reads import EMPTY_SLICE, ReadSlice
+from .log_reads import EMPTY_SLICE, ReadSlice
+from .read_only_segment import ReadOnlySegment
 
 Hint = tuple[int, int]  # (segment base offset, byte position of a batch at or below the offset)
 

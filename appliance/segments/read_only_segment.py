@@ -1,4 +1,4 @@
-"""Read-only views of a segment for a process that does not own the log (see ``reader.py``).
+"""Read-only views of a segment for a process that does not own the log (non_owner_reader.py).
 
 A :class:`ReadOnlySegment` looks to :mod:`lookup` like a
 :class:`~appliance.segments.segment.LogSegment` (``index``, ``time_index``, ``headers``,

@@ -24,7 +24,7 @@ from klog.protocol.record_batch import CorruptBatchError, check_batch
 
 from .lookup import translate_offset
 from .policy import INT32_MAX
-from .recovery import SegmentRecovery, count_plausible_offsets, garbage_end, scan_segment
+from .recovery_scan import SegmentRecovery, count_plausible_offsets, garbage_end, scan_segment
 from .segment import LogSegment
 
 _MAX_ENTRY_CHECKS = 32  # entries tried from the end before the index is rebuilt from scratch

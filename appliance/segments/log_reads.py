@@ -18,8 +18,8 @@ from klog.protocol.record_batch import BatchHeader
 
 from . import lookup
 from .errors import LogClosedError, OffsetOutOfRangeError, storage_errors
-from .repair import rebuild_indexes
 from .segment import LogSegment
+from .segment_repair import rebuild_indexes
 
 log = logging.getLogger("klog.segments")
 
@@ -58,7 +58,7 @@ def read(plog, offset: int, max_bytes: int) -> ReadSlice:
     high_watermark = plog.high_watermark
     if offset >= high_watermark:
         return EMPTY_SLICE
-    for segment in plog._segments.starting_at(offset):
+    for segment in plog.segments.starting_at(offset):
         found = lookup_or_rebuild(lookup.translate_offset, segment, offset)
         if found is not None:
             break
@@ -109,7 +109,7 @@ def offset_for_timestamp(plog, timestamp_ms: int) -> tuple[int, int] | None:
     if plog.closed:
         raise LogClosedError(plog.directory)
     start = plog.log_start_offset
-    for segment in plog._segments:
+    for segment in plog.segments:
         if segment.next_offset <= start or segment.max_timestamp < timestamp_ms:
             continue
         found = lookup_or_rebuild(lookup.find_by_timestamp, segment, timestamp_ms, start)
@@ -125,7 +125,7 @@ def offset_for_timestamp(plog, timestamp_ms: int) -> tuple[int, int] | None:
 
 def iter_batch_headers(plog, start: int) -> Iterator[tuple[BatchPosition, BatchHeader]]:
     """See :meth:`PartitionLog.iter_batch_headers`."""
-    for segment in plog._segments:
+    for segment in plog.segments:
         if segment.next_offset <= start or not segment.size:
             continue
         found = lookup_or_rebuild(lookup.translate_offset, segment, start)
