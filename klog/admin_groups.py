@@ -2,7 +2,7 @@
 
 A coordinator hands out each member's subscription and assignment as opaque bytes (the
 consumers' embedded protocol). For groups of protocol type "consumer" they are decoded here
-with :mod:`klog.protocol.consumer_protocol`, so a caller sees topics and partitions; bytes of
+with :mod:`klog.protocol.group_assignment`, so a caller sees topics and partitions; bytes of
 another protocol type (Kafka Connect, a custom one), or bytes that do not decode, leave the
 member's subscription and assignment empty rather than failing the whole description.
 """
@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from klog.protocol.consumer_protocol import (
+from klog.protocol.exceptions import DecodeError
+from klog.protocol.group_assignment import (
     PROTOCOL_TYPE,
     decode_assignment,
     decode_subscription,
 )
-from klog.protocol.exceptions import DecodeError
 from klog.types import TopicPartition
 
 __all__ = ["GroupDescription", "GroupListing", "MemberDescription", "describe_group"]

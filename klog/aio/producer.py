@@ -26,7 +26,7 @@ from klog.config import ProducerConfig, build
 from klog.errors import ClosedError, KafkaTimeoutError, WouldBlockError
 from klog.outgoing import deliver
 from klog.producer.futures import RecordHandle, metadata_of
-from klog.producer.protocol import ProducerProtocol
+from klog.producer.producer_machine import ProducerProtocol
 from klog.types import RecordMetadata
 
 log = logging.getLogger("klog.producer")

@@ -26,31 +26,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
+from klog.consumer.assignor_inputs import Assignments, Member, all_partitions, member_order
+from klog.consumer.sticky import assign_cooperative_sticky
 from klog.types import TopicPartition
 
 __all__ = ["ASSIGNORS", "Assignor", "Member", "assign_range", "assign_roundrobin",
            "member_order", "rebalance_protocol"]
 
 EAGER, COOPERATIVE = "eager", "cooperative"
-
-Assignments = dict[str, list[TopicPartition]]
-
-
-class Member(NamedTuple):
-    """One member as the leader sees it in the JoinGroup answer."""
-
-    member_id: str
-    topics: frozenset[str]
-    owned: tuple[TopicPartition, ...] = ()
-    generation: int = -1
-    instance_id: str | None = None
-
-
-def member_order(member: Member) -> tuple[int, str]:
-    """Java's MemberInfo order: static members by instance id first, then member ids."""
-    if member.instance_id is not None:
-        return (0, member.instance_id)
-    return (1, member.member_id)
 
 
 def assign_range(members: list[Member], partitions_per_topic: dict[str, int]) -> Assignments:
@@ -83,29 +66,18 @@ def assign_roundrobin(members: list[Member],
     return out
 
 
-def all_partitions(members: Iterable[Member],
-                   partitions_per_topic: dict[str, int]) -> list[TopicPartition]:
-    """Every partition of a topic some member subscribes to, topics in name order."""
-    topics = sorted({t for m in members for t in m.topics if t in partitions_per_topic})
-    return [TopicPartition(t, p) for t in topics for p in range(partitions_per_topic[t])]
-
-
 class Assignor(NamedTuple):
     name: str
     assign: Callable[[list[Member], dict[str, int]], Assignments]
     cooperative: bool  # supports incremental cooperative rebalancing (KIP-429)
 
 
-def _sticky(members: list[Member], partitions_per_topic: dict[str, int]) -> Assignments:
-    from klog.consumer.sticky import assign_cooperative_sticky  # its own module: the big one
-
-    return assign_cooperative_sticky(members, partitions_per_topic)
 
 
 ASSIGNORS: dict[str, Assignor] = {a.name: a for a in (
     Assignor("range", assign_range, False),
     Assignor("roundrobin", assign_roundrobin, False),
-    Assignor("cooperative-sticky", _sticky, True),
+    Assignor("cooperative-sticky", assign_cooperative_sticky, True),
 )}
 
 

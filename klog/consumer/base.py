@@ -11,10 +11,10 @@ from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
 from klog.config import ConsumerConfig, build
+from klog.consumer.consumer_machine import ConsumerProtocol
 from klog.consumer.cursor import Cursor
 from klog.consumer.group import Assign, GroupProtocol, Revoke
 from klog.consumer.positions import EARLIEST, LATEST
-from klog.consumer.protocol import ConsumerProtocol
 from klog.errors import ClosedError, KlogError, error_for
 from klog.types import OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 

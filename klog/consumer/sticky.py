@@ -23,10 +23,8 @@ the leader's assignment.
 
 from __future__ import annotations
 
-from klog.consumer.assignors import Member, all_partitions, member_order
+from klog.consumer.assignor_inputs import Assignments, Member, all_partitions, member_order
 from klog.types import TopicPartition
-
-Assignments = dict[str, list[TopicPartition]]
 
 
 def assign_cooperative_sticky(members: list[Member],

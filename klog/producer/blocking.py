@@ -27,7 +27,7 @@ from klog.config import ProducerConfig, build
 from klog.errors import ClosedError, KafkaTimeoutError
 from klog.outgoing import deliver
 from klog.producer.futures import FutureRecordMetadata, FutureRecordMetadataList
-from klog.producer.protocol import ProducerProtocol
+from klog.producer.producer_machine import ProducerProtocol
 from klog.wire import Network
 
 log = logging.getLogger("klog.producer")

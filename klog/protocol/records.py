@@ -53,19 +53,13 @@ from klog.protocol.record_batch import (
 )
 from klog.protocol.records_decode import Record, decode_records
 from klog.protocol.records_encode import (
-    ATTRIBUTES,
     CREATE_TIME,
-    DELTAS,
     LOG_APPEND_TIME,
-    NO_HEADERS,
     NO_TIMESTAMP,
-    NULL,
-    VARINTS,
     assemble,
     batch_attributes,
     encode_all,
-    encode_headers,
-    encode_record,
+    encode_one,
     encode_varint,
     to_timestamp,
 )
@@ -212,39 +206,7 @@ class BatchBuilder:
             raise RuntimeError("append after build")
         count = self._count
         base_ts = self._base_ts if count else to_timestamp(timestamp, None)
-        try:
-            varints = VARINTS
-            if key is None:
-                body = b"".join(
-                    (
-                        ATTRIBUTES,
-                        DELTAS[(timestamp - base_ts) | 0],
-                        varints[count],
-                        NULL,
-                        varints[len(value)],
-                        value,
-                        encode_headers(headers) if headers else NO_HEADERS,
-                    )
-                )
-            else:
-                body = b"".join(
-                    (
-                        ATTRIBUTES,
-                        DELTAS[(timestamp - base_ts) | 0],
-                        varints[count],
-                        varints[len(key)],
-                        key,
-                        varints[len(value)],
-                        value,
-                        encode_headers(headers) if headers else NO_HEADERS,
-                    )
-                )
-            prefix = varints[len(body)]
-        except (KeyError, IndexError, TypeError):
-            body = encode_record(
-                count, to_timestamp(timestamp, None) - base_ts, key, value, headers
-            )
-            prefix = b""
+        prefix, body, _ = encode_one(count, timestamp, base_ts, key, value, headers, None)
         size = self._size + len(prefix) + len(body)
         if count and size > self._batch_size:
             return False

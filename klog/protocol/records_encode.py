@@ -115,46 +115,39 @@ def to_timestamp(timestamp, now_ms: int | None) -> int:
     return timestamp
 
 
+def encode_one(offset_delta: int, timestamp, base_ts: int, key, value, headers,
+               now_ms: int | None) -> tuple[bytes, bytes, int]:
+    """One record: its length prefix, its body and its timestamp. The one place the record
+    layout is written (the builder and `encode_all` both call it).
+
+    The fast path covers what producers send (bytes, an int timestamp within the precomputed
+    delta range); anything else takes `encode_record`, which checks every field and raises a
+    clear error (its body carries the prefix, so the prefix returned is empty)."""
+    try:
+        delta = DELTAS[(timestamp - base_ts) | 0]
+        if key is None:
+            body = b"".join((ATTRIBUTES, delta, VARINTS[offset_delta], NULL, VARINTS[len(value)],
+                             value, encode_headers(headers) if headers else NO_HEADERS))
+        else:
+            body = b"".join((ATTRIBUTES, delta, VARINTS[offset_delta], VARINTS[len(key)], key,
+                             VARINTS[len(value)], value,
+                             encode_headers(headers) if headers else NO_HEADERS))
+        return VARINTS[len(body)], body, timestamp
+    except (KeyError, IndexError, TypeError):
+        timestamp = to_timestamp(timestamp, now_ms)
+        return b"", encode_record(offset_delta, timestamp - base_ts, key, value, headers), \
+            timestamp
+
+
 def encode_all(records: list, base_ts: int, now_ms: int | None) -> tuple[list[bytes], int]:
     """Encode ``records`` (offset deltas 0, 1, ...); return the parts and the max timestamp."""
     parts: list[bytes] = []
     append = parts.append
-    join = b"".join
-    varints = VARINTS
-    deltas = DELTAS
     max_ts = base_ts
     for offset_delta, (ts, key, value, headers) in enumerate(records):
-        try:
-            delta = deltas[(ts - base_ts) | 0]
-            if key is None:
-                body = join(
-                    (
-                        ATTRIBUTES,
-                        delta,
-                        varints[offset_delta],
-                        NULL,
-                        varints[len(value)],
-                        value,
-                        encode_headers(headers) if headers else NO_HEADERS,
-                    )
-                )
-            else:
-                body = join(
-                    (
-                        ATTRIBUTES,
-                        delta,
-                        varints[offset_delta],
-                        varints[len(key)],
-                        key,
-                        varints[len(value)],
-                        value,
-                        encode_headers(headers) if headers else NO_HEADERS,
-                    )
-                )
-            append(varints[len(body)])
-        except (KeyError, IndexError, TypeError):
-            ts = to_timestamp(ts, now_ms)
-            body = encode_record(offset_delta, ts - base_ts, key, value, headers)
+        prefix, body, ts = encode_one(offset_delta, ts, base_ts, key, value, headers, now_ms)
+        if prefix:
+            append(prefix)
         append(body)
         if ts > max_ts:
             max_ts = ts

@@ -21,8 +21,8 @@ import time
 import klog
 import klog.aio
 from klog.config import ConsumerConfig, build
+from klog.consumer.consumer_machine import ConsumerProtocol
 from klog.consumer.group import Assign, Revoke
-from klog.consumer.protocol import ConsumerProtocol
 from klog.protocol.apis import (
     fetch,
     find_coordinator,
@@ -32,8 +32,8 @@ from klog.protocol.apis import (
     offset_fetch,
     sync_group,
 )
-from klog.protocol.consumer_protocol import encode_assignment
 from klog.protocol.error_codes import ErrorCode
+from klog.protocol.group_assignment import encode_assignment
 from klog.protocol.records import build_batch
 from klog.types import TopicPartition
 from tests.client.fakes import fetch_answer, metadata_answer

@@ -43,3 +43,34 @@ def run_until_killed(child: Callable[[int], None], delay_s: float) -> list[list[
     lines = data.decode().splitlines()
     assert not any(line.startswith("error") for line in lines), lines[-3:]
     return [list(map(int, line.split())) for line in lines if line != "open"]
+
+
+def appender(open_log: Callable, batch: Callable[[int], bytes], *, round_no: int,
+             fault: str | None, countdown: int, arm_before_open: bool,
+             report_snapshot: bool = False):
+    """The child of a round: open the log, append `batch(i)` for i = 0, 1, ... (at time
+    `round_no` ms) and report each acknowledgement ("<base offset> <round> <i>", plus the
+    log's snapshot numbers if asked),
+    until killed by SIGKILL or by the armed fault (`faults.kill_self` after `countdown`
+    passes). Arming before the open puts the fault inside recovery too."""
+    from appliance.segments import faults
+
+    def child(out: int) -> None:
+        try:
+            if fault and arm_before_open:
+                faults.arm(fault, faults.kill_self, countdown=countdown)
+            log = open_log()
+            if fault and not arm_before_open:
+                faults.arm(fault, faults.kill_self, countdown=countdown)
+            os.write(out, b"open\n")
+            i = 0
+            while True:
+                info = log.append(batch(i), now_ms=round_no)
+                numbers = " " + " ".join(map(str, log.snapshot())) if report_snapshot else ""
+                os.write(out, f"{info.base_offset} {round_no} {i}{numbers}\n".encode())
+                i += 1
+        except BaseException as exc:  # noqa: BLE001 - report, then die without pytest's cleanup
+            os.write(out, f"error {exc!r}\n".encode())
+            os._exit(1)
+
+    return child

@@ -21,7 +21,7 @@ from klog.protocol import record_batch as rb
 
 from .batches import random_batch, split_batches, with_base_offset
 from .conftest import SMALL, Crash, crash
-from .kill_harness import run_until_killed
+from .kill_harness import appender, run_until_killed
 
 SEED = 20_250_101
 ROUNDS = 36
@@ -35,29 +35,14 @@ def _batch(round_no: int, i: int) -> bytes:
     return random_batch(random.Random(f"{SEED}/{round_no}/{i}"), max_payload=3000)
 
 
-def _child(directory: str, round_no: int, fault: str | None, countdown: int, out: int) -> None:
-    """Runs in the forked child; never returns. Line per append: offset, round, i, numbers."""
-    try:
-        log = PartitionLog.open(directory, CONFIG, now_ms=round_no)
-        if fault:
-            faults.arm(fault, faults.kill_self, countdown=countdown)
-        os.write(out, b"open\n")
-        i = 0
-        while True:
-            info = log.append(_batch(round_no, i), now_ms=round_no)
-            numbers = " ".join(map(str, log.snapshot()))
-            os.write(out, f"{info.base_offset} {round_no} {i} {numbers}\n".encode())
-            i += 1
-    except BaseException as exc:  # noqa: BLE001 - report, then die without pytest's cleanup
-        os.write(out, f"error {exc!r}\n".encode())
-        os._exit(1)
-
-
 def _run_round(directory: str, round_no: int, rng: random.Random) -> list[list[int]]:
     fault = FAULTS[round_no % len(FAULTS)]
     countdown, delay_s = rng.randint(0, 20), rng.uniform(0.0, 0.03)
     return run_until_killed(
-        lambda out: _child(directory, round_no, fault, countdown, out), delay_s)
+        appender(lambda: PartitionLog.open(directory, CONFIG, now_ms=round_no),
+                 lambda i: _batch(round_no, i), round_no=round_no, fault=fault,
+                 countdown=countdown, arm_before_open=False, report_snapshot=True),
+        delay_s)
 
 
 def _every_batch(log) -> dict[int, bytes]:

@@ -16,7 +16,7 @@ from klog.protocol import record_batch as rb
 
 from .batches import random_batch, with_base_offset
 from .conftest import crash
-from .kill_harness import run_until_killed
+from .kill_harness import appender, run_until_killed
 
 SEED = 20240611
 ROUNDS = 80
@@ -31,29 +31,15 @@ def _batch(round_no: int, i: int) -> bytes:
     return random_batch(random.Random(f"{SEED}/{round_no}/{i}"), max_payload=3000)
 
 
-def _child(directory: str, round_no: int, fault: str | None, countdown: int, out: int) -> None:
-    """Runs in the forked child; never returns."""
-    try:
-        if fault:
-            faults.arm(fault, faults.kill_self, countdown=countdown)
-        log = PartitionLog.open(directory, CONFIG, now_ms=round_no)
-        os.write(out, b"open\n")
-        i = 0
-        while True:
-            info = log.append(_batch(round_no, i), now_ms=round_no)
-            os.write(out, f"{info.base_offset} {round_no} {i}\n".encode())
-            i += 1
-    except BaseException as exc:  # noqa: BLE001 - report, then die without pytest's cleanup
-        os.write(out, f"error {exc!r}\n".encode())
-        os._exit(1)
-
-
 def _run_round(directory: str, round_no: int, rng: random.Random) -> list[list[int]]:
     fault = FAULTS[(round_no // 2) % len(FAULTS)] if round_no % 2 else None
     countdown = rng.randint(0, 25)
     delay_s = rng.uniform(0.0, 0.04)
     return run_until_killed(
-        lambda out: _child(directory, round_no, fault, countdown, out), delay_s)
+        appender(lambda: PartitionLog.open(directory, CONFIG, now_ms=round_no),
+                 lambda i: _batch(round_no, i), round_no=round_no, fault=fault,
+                 countdown=countdown, arm_before_open=True),
+        delay_s)
 
 
 def test_sigkill_never_loses_an_acknowledged_append(tmp_path):

@@ -19,13 +19,13 @@ from klog.consumer.assignors import ASSIGNORS, Member
 from klog.errors import KafkaError
 from klog.metadata import ClusterMetadata
 from klog.protocol.apis import sync_group
-from klog.protocol.consumer_protocol import (
+from klog.protocol.error_codes import ErrorCode
+from klog.protocol.exceptions import DecodeError
+from klog.protocol.group_assignment import (
     HIGHEST_VERSION,
     decode_subscription,
     encode_assignment,
 )
-from klog.protocol.error_codes import ErrorCode
-from klog.protocol.exceptions import DecodeError
 from klog.types import TopicPartition
 
 _INT32 = struct.Struct(">i")

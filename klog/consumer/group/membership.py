@@ -14,7 +14,7 @@ committed). Giving up means a `Revoke` event the I/O layer handles (commit, list
 acknowledges; the member prepares again until nothing is left to give up, then joins.
 
 JoinGroup carries one protocol per configured assignor, each with our subscription
-(`klog.protocol.consumer_protocol`, v3: topics, owned partitions, generation). A coordinator
+(`klog.protocol.group_assignment`, v3: topics, owned partitions, generation). A coordinator
 that answers MEMBER_ID_REQUIRED (KIP-394) gets the join again with the id it chose. The
 leader computes the assignment with the assignor the coordinator chose, over every member's
 subscription, after making sure its metadata covers every topic of the group; each member
@@ -46,9 +46,9 @@ from klog.errors import CommitFailedError, KafkaError, KlogError, error_for
 from klog.metadata import ClusterMetadata
 from klog.outgoing import Outgoing
 from klog.protocol.apis import heartbeat, join_group, leave_group, sync_group
-from klog.protocol.consumer_protocol import decode_assignment
 from klog.protocol.error_codes import ErrorCode
 from klog.protocol.exceptions import DecodeError
+from klog.protocol.group_assignment import decode_assignment
 from klog.types import TopicPartition
 
 UNJOINED, PREPARING, READY, JOINING = "unjoined", "preparing", "ready", "joining"

@@ -16,7 +16,7 @@ import struct
 
 from klog.outgoing import Outgoing
 from klog.protocol.apis import heartbeat, join_group, leave_group, sync_group
-from klog.protocol.consumer_protocol import PROTOCOL_TYPE, encode_subscription
+from klog.protocol.group_assignment import PROTOCOL_TYPE, encode_subscription
 
 JOIN_TIMEOUT_LAPSE_MS = 5_000
 _INT32 = struct.Struct(">i")

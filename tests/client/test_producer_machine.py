@@ -8,7 +8,7 @@ import pytest
 
 from klog.config import ProducerConfig, build
 from klog.errors import ClosedError, KafkaError, KafkaTimeoutError, MessageSizeTooLargeError
-from klog.producer.protocol import ProducerProtocol
+from klog.producer.producer_machine import ProducerProtocol
 from klog.protocol.apis import init_producer_id, metadata, produce
 from klog.protocol.error_codes import ErrorCode
 from klog.protocol.partitioner import partition_for_key

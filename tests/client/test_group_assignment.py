@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from klog.protocol.consumer_protocol import (
+from klog.protocol.group_assignment import (
     ConsumerProtocolAssignment,
     ConsumerProtocolSubscription,
     decode_assignment,

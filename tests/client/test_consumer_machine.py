@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from klog.config import ConsumerConfig, build
-from klog.consumer.protocol import ConsumerProtocol
+from klog.consumer.consumer_machine import ConsumerProtocol
 from klog.errors import NoOffsetForPartitionError, OffsetOutOfRangeError
 from klog.protocol.apis import fetch, list_offsets, metadata
 from klog.protocol.error_codes import ErrorCode

@@ -9,8 +9,8 @@ import struct
 import pytest
 
 from klog.config import ConsumerConfig, build
+from klog.consumer.consumer_machine import ConsumerProtocol
 from klog.consumer.group import Assign, CommitDone, Revoke
-from klog.consumer.protocol import ConsumerProtocol
 from klog.errors import CommitFailedError
 from klog.protocol.apis import (
     find_coordinator,
@@ -23,13 +23,13 @@ from klog.protocol.apis import (
     offset_fetch,
     sync_group,
 )
-from klog.protocol.consumer_protocol import (
+from klog.protocol.error_codes import ErrorCode
+from klog.protocol.group_assignment import (
     decode_assignment,
     decode_subscription,
     encode_assignment,
     encode_subscription,
 )
-from klog.protocol.error_codes import ErrorCode
 from klog.types import OffsetAndMetadata, TopicPartition
 from tests.client.fakes import metadata_answer, offsets_answer, tps
 

@@ -1,0 +1,32 @@
+"""Cluster mode: appliances on several hosts form one Kafka cluster through ZooKeeper.
+
+One ZooKeeper session per appliance, held by its supervisor (kazoo only in `session`). This
+package never imports the appliance: the supervisor drives it and turns what it reads into
+the workers' terms.
+
+**Identity.** Every worker is a Kafka node: node id = broker.id * 100 + worker index
+(`placement.NODES_PER_APPLIANCE`), so an appliance (broker.id) is a failure domain of up to
+100 nodes, one per disk.
+
+**The ZooKeeper layout** (under the chroot of `zookeeper.connect`, created when missing);
+Kafka's own paths and JSON, so Kafka's tools can read them:
+
+| path | kind | content |
+| --- | --- | --- |
+| `/cluster/id` | persistent | `{"version":"1","id":"<22-char base64 uuid>"}`, made by the first appliance |
+| `/controller` | ephemeral | `{"version":1,"brokerid":<broker.id>,"timestamp":"..."}`: the controlling appliance |
+| `/controller_epoch` | persistent | the controller epoch as text; bumped in the same multi that creates `/controller` |
+| `/brokers/ids/<node>` | ephemeral | Kafka's v5 registration: host, port, endpoints, rack; one per serving worker |
+| `/brokers/topics/<t>` | persistent | `{"version":2,"partitions":{"0":[101,201]},"adding_replicas":{},"removing_replicas":{}}` |
+| `/brokers/topics/<t>/partitions/<p>/state` | persistent | `{"version":1,"leader":101,"leader_epoch":0,"isr":[101,201],"controller_epoch":3}`, written by the controller only, with a conditional set |
+| `/config/topics/<t>` | persistent | `{"version":1,"config":{...}}`: the topic's overrides |
+| `/admin/delete_topics/<t>` | persistent | a request to delete `t`, carried out by the controller |
+| `/latest_producer_id_block` | persistent | Kafka's block of producer ids last handed out (conditional set) |
+| `/klog/appliances/<broker.id>` | ephemeral | klog's own: the appliance (rack, host) as one failure domain |
+
+**Rules.** Any appliance may create a topic (assignment and config in one multi) or ask for
+a deletion, as Kafka's admin client did; only the elected controller writes partition
+states and carries out deletions, and every one of its writes is a multi that first checks
+the version of `/controller_epoch` it was elected with, so a deposed controller (paused,
+partitioned, expired) can no longer write. Leaders come from the ISR only.
+"""

@@ -1,0 +1,219 @@
+"""One appliance's ZooKeeper session: the only module that imports kazoo.
+
+It connects to `zookeeper.connect` (creating its chroot when missing), reports connection
+states to a callback that must not block (kazoo calls it on its own thread), and keeps the
+appliance's ephemeral nodes: after an expired session they are gone, so they are written
+again on the new session. Before writing one it checks the owner of what is there: a node
+left by one of our own earlier sessions is replaced, one held by another live session means
+two processes claim the same identity, and is refused (`RegistrationConflict`).
+
+Errors: `ZooKeeperUnavailable` when a call cannot be answered (no quorum, no connection);
+kazoo's own NodeExists/NoNode/BadVersion errors are translated to ours below.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionLoss,
+    KazooException,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    OperationTimeoutError,
+    RolledBackError,
+    SessionExpiredError,
+)
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.states import EventType
+
+log = logging.getLogger(__name__)
+
+CONNECTED, SUSPENDED, LOST = "CONNECTED", "SUSPENDED", "LOST"
+
+__all__ = ["BadVersionError", "NodeExistsError", "NoNodeError", "NotEmptyError",
+           "RegistrationConflict", "Session", "ZooKeeperUnavailable", "CONNECTED", "SUSPENDED",
+           "LOST", "RolledBackError", "EventType"]
+
+
+class ZooKeeperUnavailable(ConnectionError):
+    """ZooKeeper cannot answer now (connection lost, no quorum, session expired): retriable."""
+
+
+class RegistrationConflict(RuntimeError):
+    """An ephemeral node we own by identity is held by another live session."""
+
+
+UNAVAILABLE = (ConnectionLoss, SessionExpiredError, OperationTimeoutError, KazooTimeoutError)
+
+
+def split_connect(connect: str) -> tuple[str, str]:
+    """`h1:2181,h2:2181/klog` -> ("h1:2181,h2:2181", "/klog"); no chroot -> ("...", "")."""
+    hosts, slash, chroot = connect.partition("/")
+    return hosts, ("/" + chroot) if slash else ""
+
+
+class Session:
+    """A kazoo client with klog's rules: see the module docstring."""
+
+    def __init__(self, connect: str, *, session_timeout_ms: int, connection_timeout_ms: int,
+                 on_state: Callable[[str], None] = lambda state: None):
+        self.connect = connect
+        self.session_timeout_s = session_timeout_ms / 1000
+        self.connection_timeout_s = connection_timeout_ms / 1000
+        self.on_state = on_state
+        self._ephemerals: dict[str, bytes] = {}
+        self._lock = threading.Lock()
+        self._old_sessions: set[int] = set()
+        hosts, self.chroot = split_connect(connect)
+        self._hosts = hosts
+        self.client = KazooClient(hosts=connect, timeout=self.session_timeout_s,
+                                  connection_retry={"max_tries": -1, "delay": 0.2,
+                                                    "max_delay": 2.0})
+        self.client.add_listener(self._on_state)
+
+    # life cycle -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Connect (creating the chroot first); ZooKeeperUnavailable after the timeout."""
+        if self.chroot:
+            self._ensure_chroot()
+        try:
+            self.client.start(timeout=self.connection_timeout_s)
+        except KazooTimeoutError:
+            self.client.stop()
+            raise ZooKeeperUnavailable(
+                f"no ZooKeeper server of {self.connect} answered within "
+                f"{self.connection_timeout_s:g} s (zookeeper.connection.timeout.ms)") from None
+
+    def _ensure_chroot(self) -> None:
+        bare = KazooClient(hosts=self._hosts, timeout=self.session_timeout_s)
+        try:
+            bare.start(timeout=self.connection_timeout_s)
+            bare.ensure_path(self.chroot)
+        except KazooTimeoutError:
+            raise ZooKeeperUnavailable(
+                f"no ZooKeeper server of {self._hosts} answered within "
+                f"{self.connection_timeout_s:g} s (zookeeper.connection.timeout.ms)") from None
+        finally:
+            bare.stop()
+            bare.close()
+
+    def stop(self) -> None:
+        """Close the session: our ephemeral nodes disappear at once, not after a timeout."""
+        try:
+            self.client.stop()
+            self.client.close()
+        except KazooException as exc:
+            log.info("closing the ZooKeeper session: %s", exc)
+
+    @property
+    def session_id(self) -> int | None:
+        client_id = self.client.client_id
+        return client_id[0] if client_id else None
+
+    @property
+    def state(self) -> str:
+        return str(self.client.state)
+
+    # connection states ------------------------------------------------------------------------
+
+    def _on_state(self, state) -> None:
+        """kazoo's thread: never block here (no ZooKeeper calls); hand the news on."""
+        name = {KazooState.CONNECTED: CONNECTED, KazooState.SUSPENDED: SUSPENDED,
+                KazooState.LOST: LOST}[state]
+        if name == CONNECTED:
+            self.remember_session()
+        if name == CONNECTED and self._ephemerals:
+            # a new session after an expiry: its ephemerals are gone; re-create off-thread
+            threading.Thread(target=self._restore_ephemerals, daemon=True,
+                             name="klog-zk-reregister").start()
+        self.on_state(name)
+
+    # calls ----------------------------------------------------------------------------------
+
+    def call(self, method: str, *args, **kwargs):
+        """`client.<method>(...)`, with unavailability turned into ZooKeeperUnavailable."""
+        try:
+            return getattr(self.client, method)(*args, **kwargs)
+        except UNAVAILABLE as exc:
+            raise ZooKeeperUnavailable(f"ZooKeeper {method} failed: {exc!r}") from None
+
+    def transaction(self, build: Callable[[object], None]) -> list:
+        """Commit one multi built by `build(tx)`; its results (exceptions for failed ops)."""
+        def run():
+            tx = self.client.transaction()
+            build(tx)
+            return tx.commit()
+        try:
+            return run()
+        except UNAVAILABLE as exc:
+            raise ZooKeeperUnavailable(f"ZooKeeper multi failed: {exc!r}") from None
+
+    # ephemeral registrations ----------------------------------------------------------------
+
+    def register(self, path: str, value: bytes) -> None:
+        """Hold an ephemeral node at `path` for as long as we live, across session expiries."""
+        with self._lock:
+            self._ephemerals[path] = value
+        self._write_ephemeral(path, value)
+
+    def unregister(self, path: str) -> None:
+        with self._lock:
+            self._ephemerals.pop(path, None)
+        try:
+            _, stat = self.call("get", path)
+            if stat.ephemeralOwner == self.session_id:
+                self.call("delete", path, version=stat.version)
+        except (NoNodeError, BadVersionError):
+            pass
+
+    def _write_ephemeral(self, path: str, value: bytes) -> None:
+        """Create our node; replace one of our own earlier sessions'; wait out another
+        session's (a restart after kill -9 finds its old node until that session expires)."""
+        deadline = time.monotonic() + self.session_timeout_s + 5
+        while True:
+            try:
+                self.call("create", path, value, ephemeral=True, makepath=True)
+                return
+            except NodeExistsError:
+                pass
+            try:
+                _, stat = self.call("get", path)
+            except NoNodeError:
+                continue  # gone meanwhile: create it now
+            owner = stat.ephemeralOwner
+            if owner == self.session_id:
+                self.call("set", path, value)
+                return
+            if owner in self._old_sessions:
+                with contextlib.suppress(NoNodeError, BadVersionError):
+                    self.call("delete", path, version=stat.version)
+                continue
+            if time.monotonic() > deadline:
+                raise RegistrationConflict(
+                    f"{self.chroot}{path} is held by another ZooKeeper session "
+                    f"(0x{owner:x}): is another process running with the same broker.id?")
+            time.sleep(0.5)
+
+    def _restore_ephemerals(self) -> None:
+        with self._lock:
+            pending = dict(self._ephemerals)
+        for path, value in pending.items():
+            try:
+                self._write_ephemeral(path, value)
+                log.info("re-registered %s on a new ZooKeeper session", path)
+            except (ZooKeeperUnavailable, RegistrationConflict, KazooException) as exc:
+                log.error("cannot re-register %s: %s", path, exc)
+
+    def remember_session(self) -> None:
+        """Record the current session id as ours, so its leftovers may be replaced later."""
+        if self.session_id is not None:
+            self._old_sessions.add(self.session_id)

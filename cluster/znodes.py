@@ -1,0 +1,240 @@
+"""The znodes of a klog fleet: their paths and their JSON, Kafka's own where Kafka has one.
+
+Pure: bytes in, frozen dataclasses out, and back. A payload that does not parse raises
+`ZnodeError` naming the path, so a hand-edited or foreign node is reported, never guessed at.
+The whole layout is described in the package docstring (`cluster/__init__.py`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import orjson
+
+CLUSTER_ID = "/cluster/id"
+CONTROLLER = "/controller"
+CONTROLLER_EPOCH = "/controller_epoch"
+BROKER_IDS = "/brokers/ids"
+TOPICS = "/brokers/topics"
+TOPIC_CONFIGS = "/config/topics"
+DELETE_TOPICS = "/admin/delete_topics"
+APPLIANCES = "/klog/appliances"
+PRODUCER_ID_BLOCK = "/latest_producer_id_block"
+
+PERSISTENT_ROOTS = (BROKER_IDS, TOPICS, TOPIC_CONFIGS, DELETE_TOPICS, APPLIANCES, "/cluster")
+
+
+class ZnodeError(ValueError):
+    """A znode's content is not what klog (or Kafka) writes there."""
+
+
+def broker_path(node_id: int) -> str:
+    return f"{BROKER_IDS}/{node_id}"
+
+
+def appliance_path(broker_id: int) -> str:
+    return f"{APPLIANCES}/{broker_id}"
+
+
+def topic_path(topic: str) -> str:
+    return f"{TOPICS}/{topic}"
+
+
+def topic_config_path(topic: str) -> str:
+    return f"{TOPIC_CONFIGS}/{topic}"
+
+
+def partitions_path(topic: str) -> str:
+    return f"{TOPICS}/{topic}/partitions"
+
+
+def partition_path(topic: str, partition: int) -> str:
+    return f"{TOPICS}/{topic}/partitions/{partition}"
+
+
+def state_path(topic: str, partition: int) -> str:
+    return f"{TOPICS}/{topic}/partitions/{partition}/state"
+
+
+def delete_request_path(topic: str) -> str:
+    return f"{DELETE_TOPICS}/{topic}"
+
+
+def _load(data: bytes, path: str) -> dict:
+    try:
+        raw = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise ZnodeError(f"{path}: not JSON: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ZnodeError(f"{path}: expected a JSON object, got {type(raw).__name__}")
+    return raw
+
+
+def _dump(raw: dict) -> bytes:
+    return orjson.dumps(raw)
+
+
+@dataclass(frozen=True)
+class BrokerRegistration:
+    """`/brokers/ids/<node>` (ephemeral), Kafka's version 5 JSON: one per serving worker."""
+
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+    def encode(self) -> bytes:
+        return _dump({"version": 5, "host": self.host, "port": self.port,
+                      "endpoints": [f"PLAINTEXT://{self.host}:{self.port}"], "rack": self.rack,
+                      "jmx_port": -1, "timestamp": str(int(time.time() * 1000)),
+                      "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"}})
+
+    @classmethod
+    def decode(cls, node_id: int, data: bytes, path: str) -> BrokerRegistration:
+        raw = _load(data, path)
+        try:
+            return cls(node_id, str(raw["host"]), int(raw["port"]), raw.get("rack"))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ZnodeError(f"{path}: not a broker registration: {exc}") from None
+
+
+@dataclass(frozen=True)
+class ApplianceRegistration:
+    """`/klog/appliances/<broker.id>` (ephemeral): the appliance as one failure domain."""
+
+    broker_id: int
+    rack: str | None
+    host: str
+
+    def encode(self) -> bytes:
+        return _dump({"version": 1, "broker_id": self.broker_id, "rack": self.rack,
+                      "host": self.host})
+
+    @classmethod
+    def decode(cls, data: bytes, path: str) -> ApplianceRegistration:
+        raw = _load(data, path)
+        try:
+            return cls(int(raw["broker_id"]), raw.get("rack"), str(raw["host"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ZnodeError(f"{path}: not an appliance registration: {exc}") from None
+
+
+@dataclass(frozen=True)
+class TopicAssignment:
+    """`/brokers/topics/<t>`: the replicas (node ids) of each partition, Kafka's version 2."""
+
+    partitions: dict[int, tuple[int, ...]]
+
+    def encode(self) -> bytes:
+        return _dump({"version": 2,
+                      "partitions": {str(p): list(r) for p, r in sorted(self.partitions.items())},
+                      "adding_replicas": {}, "removing_replicas": {}})
+
+    @classmethod
+    def decode(cls, data: bytes, path: str) -> TopicAssignment:
+        raw = _load(data, path)
+        try:
+            return cls({int(p): tuple(int(n) for n in replicas)
+                        for p, replicas in raw["partitions"].items()})
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ZnodeError(f"{path}: not a topic assignment: {exc}") from None
+
+
+@dataclass(frozen=True)
+class PartitionState:
+    """`/brokers/topics/<t>/partitions/<p>/state`, written by the controller only."""
+
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    controller_epoch: int
+
+    def encode(self) -> bytes:
+        return _dump({"version": 1, "leader": self.leader, "leader_epoch": self.leader_epoch,
+                      "isr": list(self.isr), "controller_epoch": self.controller_epoch})
+
+    @classmethod
+    def decode(cls, data: bytes, path: str) -> PartitionState:
+        raw = _load(data, path)
+        try:
+            return cls(int(raw["leader"]), int(raw["leader_epoch"]),
+                       tuple(int(n) for n in raw["isr"]), int(raw["controller_epoch"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ZnodeError(f"{path}: not a partition state: {exc}") from None
+
+
+@dataclass(frozen=True)
+class TopicConfig:
+    """`/config/topics/<t>`: the topic's overrides of the broker defaults."""
+
+    config: dict[str, str] = field(default_factory=dict)
+
+    def encode(self) -> bytes:
+        return _dump({"version": 1, "config": self.config})
+
+    @classmethod
+    def decode(cls, data: bytes, path: str) -> TopicConfig:
+        raw = _load(data, path)
+        config = raw.get("config", {})
+        if not isinstance(config, dict):
+            raise ZnodeError(f"{path}: config is not an object")
+        return cls({str(k): str(v) for k, v in config.items()})
+
+
+@dataclass(frozen=True)
+class ControllerRecord:
+    """`/controller` (ephemeral): which appliance controls the fleet."""
+
+    broker_id: int
+
+    def encode(self) -> bytes:
+        return _dump({"version": 1, "brokerid": self.broker_id,
+                      "timestamp": str(int(time.time() * 1000))})
+
+    @classmethod
+    def decode(cls, data: bytes, path: str) -> ControllerRecord:
+        raw = _load(data, path)
+        try:
+            return cls(int(raw["brokerid"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ZnodeError(f"{path}: not a controller record: {exc}") from None
+
+
+def encode_cluster_id(cluster_id: str) -> bytes:
+    return _dump({"version": "1", "id": cluster_id})
+
+
+def decode_cluster_id(data: bytes, path: str = CLUSTER_ID) -> str:
+    raw = _load(data, path)
+    if not isinstance(raw.get("id"), str) or not raw["id"]:
+        raise ZnodeError(f"{path}: no cluster id in {raw!r}")
+    return raw["id"]
+
+
+def decode_epoch(data: bytes, path: str = CONTROLLER_EPOCH) -> int:
+    try:
+        return int(data.decode().strip())
+    except (UnicodeDecodeError, ValueError):
+        raise ZnodeError(f"{path}: not an epoch: {data[:40]!r}") from None
+
+
+@dataclass(frozen=True)
+class ProducerIdBlock:
+    """`/latest_producer_id_block`: the last block of producer ids handed out, fleet-wide."""
+
+    broker_id: int
+    block_start: int
+    block_end: int  # inclusive, as Kafka writes it
+
+    def encode(self) -> bytes:
+        return _dump({"version": 1, "broker": self.broker_id,
+                      "block_start": str(self.block_start), "block_end": str(self.block_end)})
+
+    @classmethod
+    def decode(cls, data: bytes, path: str = PRODUCER_ID_BLOCK) -> ProducerIdBlock:
+        raw = _load(data, path)
+        try:
+            return cls(int(raw["broker"]), int(raw["block_start"]), int(raw["block_end"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ZnodeError(f"{path}: not a producer id block: {exc}") from None
