@@ -29,6 +29,7 @@ from kazoo.exceptions import (
     NotEmptyError,
     OperationTimeoutError,
     RolledBackError,
+    RuntimeInconsistency,
     SessionExpiredError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
@@ -40,7 +41,7 @@ CONNECTED, SUSPENDED, LOST = "CONNECTED", "SUSPENDED", "LOST"
 
 __all__ = ["BadVersionError", "NodeExistsError", "NoNodeError", "NotEmptyError",
            "RegistrationConflict", "Session", "ZooKeeperUnavailable", "CONNECTED", "SUSPENDED",
-           "LOST", "RolledBackError", "EventType"]
+           "LOST", "RolledBackError", "RuntimeInconsistency", "EventType"]
 
 
 class ZooKeeperUnavailable(ConnectionError):
@@ -68,6 +69,8 @@ class Session:
         self.connect = connect
         self.session_timeout_s = session_timeout_ms / 1000
         self.connection_timeout_s = connection_timeout_ms / 1000
+        # a request waits at most this long: within it a live ensemble always answers
+        self.request_timeout_s = min(self.session_timeout_s, 10.0)
         self.on_state = on_state
         self._ephemerals: dict[str, bytes] = {}
         self._lock = threading.Lock()
@@ -140,22 +143,32 @@ class Session:
     # calls ----------------------------------------------------------------------------------
 
     def call(self, method: str, *args, **kwargs):
-        """`client.<method>(...)`, with unavailability turned into ZooKeeperUnavailable."""
-        try:
-            return getattr(self.client, method)(*args, **kwargs)
-        except UNAVAILABLE as exc:
-            raise ZooKeeperUnavailable(f"ZooKeeper {method} failed: {exc!r}") from None
+        """`client.<method>(...)`, answered within the request timeout: a call made while
+        the ensemble has no quorum would otherwise wait for as long as the outage lasts.
+        A dropped connection is retried (the client moves to another server: losing one
+        server of three changes nothing); past the timeout, ZooKeeperUnavailable."""
+        return self._retrying(lambda: getattr(self.client, f"{method}_async")(*args, **kwargs),
+                              method)
 
     def transaction(self, build: Callable[[object], None]) -> list:
         """Commit one multi built by `build(tx)`; its results (exceptions for failed ops)."""
-        def run():
+        def commit():
             tx = self.client.transaction()
             build(tx)
-            return tx.commit()
-        try:
-            return run()
-        except UNAVAILABLE as exc:
-            raise ZooKeeperUnavailable(f"ZooKeeper multi failed: {exc!r}") from None
+            return tx.commit_async()
+        return self._retrying(commit, "multi")
+
+    def _retrying(self, start: Callable, what: str):
+        deadline = time.monotonic() + self.request_timeout_s
+        while True:
+            try:
+                return start().get(timeout=max(0.1, deadline - time.monotonic()))
+            except ConnectionLoss as exc:
+                if time.monotonic() >= deadline:
+                    raise ZooKeeperUnavailable(f"ZooKeeper {what} failed: {exc!r}") from None
+                time.sleep(0.1)
+            except UNAVAILABLE as exc:
+                raise ZooKeeperUnavailable(f"ZooKeeper {what} failed: {exc!r}") from None
 
     # ephemeral registrations ----------------------------------------------------------------
 

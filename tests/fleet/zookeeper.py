@@ -4,6 +4,7 @@ three QuorumPeerMain JVMs on 127.0.0.1 with ports of their own, each stoppable o
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import signal
@@ -14,6 +15,7 @@ from pathlib import Path
 
 ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
 CONF_DIR = "/etc/zookeeper/conf"
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def unavailable_reason() -> str | None:
@@ -23,6 +25,11 @@ def unavailable_reason() -> str | None:
     if not ZOOKEEPER_JAR.exists():
         return f"{ZOOKEEPER_JAR} is missing (make test installs Debian's zookeeper package)"
     return None
+
+
+def _die_with_parent() -> None:
+    """In the JVM's child before exec: a killed test run takes its ZooKeeper servers along."""
+    ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 def _free_ports(count: int) -> list[int]:
@@ -89,7 +96,8 @@ class Ensemble:
                 ["java", "-Xmx96m", "-XX:+UseSerialGC", "-cp",
                  f"{CONF_DIR}:{ZOOKEEPER_JAR}",
                  "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(self.configs[i])],
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                preexec_fn=_die_with_parent)
         self.wait_for_quorum(timeout_s)
         return self
 

@@ -1,0 +1,175 @@
+"""The fleet controller's duties, run by the elected appliance only: election and fenced writes.
+
+`elect` tries to become controller as Kafka does: one multi creates the ephemeral
+`/controller` and moves `/controller_epoch` to epoch + 1 from the version it read; whoever
+loses the race sees NodeExists or BadVersion. The winner keeps the epoch's new stat version
+and starts every later write with a check of it (`FencedWriter`): once another appliance has
+been elected, or our session has expired, every write fails with `Fenced` instead of landing.
+
+`reconcile` brings partition states in line with the fleet, level-triggered from a snapshot:
+a new partition gets its first state (leader: first live replica; ISR: the live replicas);
+a partition whose leader is not live gets the first live replica of its ISR, in assignment
+order, with leader_epoch + 1 (none: leader -1, the ISR kept, as Kafka: no unclean election);
+dead nodes leave the ISR of partitions whose leader lives; requested deletions are carried
+out. Each state is written with its expected version, so a state changed meanwhile is left
+for the next pass.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from dataclasses import dataclass
+
+from cluster import znodes
+from cluster.fleet_view import FleetSnapshot, TopicState
+from cluster.placement import elect_leader
+from cluster.session import (
+    BadVersionError,
+    NodeExistsError,
+    NoNodeError,
+    RolledBackError,
+    RuntimeInconsistency,
+    Session,
+)
+
+log = logging.getLogger(__name__)
+
+
+class Fenced(RuntimeError):
+    """This appliance is no longer the controller: its write was refused by ZooKeeper."""
+
+
+@dataclass(frozen=True)
+class Election:
+    epoch: int
+    epoch_version: int  # the stat version of /controller_epoch our writes must still see
+
+
+def ensure_epoch_node(session: Session) -> None:
+    with contextlib.suppress(NodeExistsError):
+        session.call("create", znodes.CONTROLLER_EPOCH, b"0", makepath=True)
+
+
+def elect(session: Session, broker_id: int) -> Election | None:
+    """Become the controller, or None if another appliance is (or won the race)."""
+    ensure_epoch_node(session)
+    data, stat = session.call("get", znodes.CONTROLLER_EPOCH)
+    epoch = znodes.decode_epoch(data) + 1
+    results = session.transaction(lambda tx: (
+        tx.create(znodes.CONTROLLER, znodes.ControllerRecord(broker_id).encode(),
+                  ephemeral=True),
+        tx.set_data(znodes.CONTROLLER_EPOCH, str(epoch).encode(), version=stat.version)))
+    if any(isinstance(r, Exception) for r in results):
+        return None
+    log.info("appliance %d is the fleet's controller, epoch %d", broker_id, epoch)
+    return Election(epoch, stat.version + 1)
+
+
+class FencedWriter:
+    """Every write of the controller: a multi that first checks our controller epoch."""
+
+    def __init__(self, session: Session, election: Election):
+        self.session = session
+        self.election = election
+
+    def write(self, build) -> None:
+        """Commit `build(tx)` behind the epoch check; Fenced if we were deposed, BadVersion
+        (stale state: re-read and try later) or NoNode/NodeExists as ZooKeeper reports."""
+        def fenced(tx):
+            tx.check(znodes.CONTROLLER_EPOCH, self.election.epoch_version)
+            build(tx)
+        results = self.session.transaction(fenced)
+        if isinstance(results[0], BadVersionError | NoNodeError):
+            raise Fenced(f"controller epoch {self.election.epoch} is no longer current")
+        # the op that failed; the ones before it were rolled back, the ones after not tried
+        failed = next((r for r in results if isinstance(r, Exception)
+                       and not isinstance(r, RolledBackError | RuntimeInconsistency)), None)
+        if failed is not None:
+            raise failed
+
+
+def reconcile(writer: FencedWriter, snapshot: FleetSnapshot) -> int:
+    """One pass of the controller's duties; returns the number of writes made."""
+    live = set(snapshot.brokers)
+    writes = 0
+    for name in sorted(snapshot.deleting):
+        writes += _delete_topic(writer, snapshot.topics.get(name), name)
+    for name, topic in sorted(snapshot.topics.items()):
+        if name in snapshot.deleting:
+            continue
+        for partition, replicas in sorted(topic.replicas.items()):
+            writes += _settle_partition(writer, topic, partition, replicas, live)
+    return writes
+
+
+def _settle_partition(writer: FencedWriter, topic: TopicState, partition: int,
+                      replicas: tuple[int, ...], live: set[int]) -> int:
+    epoch = writer.election.epoch
+    path = znodes.state_path(topic.name, partition)
+    current = topic.states.get(partition)
+    if current is None:
+        isr = tuple(r for r in replicas if r in live) or replicas
+        state = znodes.PartitionState(elect_leader(replicas, isr, live), 0, isr, epoch)
+        return _write(writer, _create_state(writer.session, topic.name, partition, state), path)
+    state, version = current
+    if state.leader not in live:
+        leader = elect_leader(replicas, state.isr, live)
+        if leader == state.leader:
+            return 0
+        isr = tuple(r for r in state.isr if r in live) if leader >= 0 else state.isr
+        new = znodes.PartitionState(leader, state.leader_epoch + 1, isr, epoch)
+    elif any(r not in live for r in state.isr):
+        new = znodes.PartitionState(state.leader, state.leader_epoch,
+                                    tuple(r for r in state.isr if r in live), epoch)
+    else:
+        return 0
+    log.info("%s-%d: leader %d -> %d (epoch %d), isr %s", topic.name, partition, state.leader,
+             new.leader, new.leader_epoch, list(new.isr))
+    return _write(writer, lambda tx: tx.set_data(path, new.encode(), version=version), path)
+
+
+def _create_state(session: Session, topic: str, partition: int, state: znodes.PartitionState):
+    """The multi that creates a partition's first state, with whichever of its parents
+    (`.../partitions`, `.../partitions/<p>`, as Kafka lays them out) do not exist yet."""
+    missing = [path for path in (znodes.partitions_path(topic),
+                                 znodes.partition_path(topic, partition))
+               if session.call("exists", path) is None]
+
+    def build(tx) -> None:
+        for path in missing:
+            tx.create(path, b"")
+        tx.create(znodes.state_path(topic, partition), state.encode())
+    return build
+
+
+def _write(writer: FencedWriter, build, path: str) -> int:
+    try:
+        writer.write(build)
+        return 1
+    except (BadVersionError, NoNodeError, NodeExistsError) as exc:
+        log.info("%s changed meanwhile (%s); the next pass sees it", path, type(exc).__name__)
+        return 0
+
+
+def _delete_topic(writer: FencedWriter, topic: TopicState | None, name: str) -> int:
+    """Remove the topic's znodes (states, partitions, assignment, config) and the request."""
+    paths = []
+    if topic is not None:
+        for partition in topic.replicas:
+            paths += [znodes.state_path(name, partition), znodes.partition_path(name, partition)]
+    session = writer.session
+    existing = [p for p in paths if session.call("exists", p) is not None]
+    if session.call("exists", znodes.partitions_path(name)) is not None:
+        existing.append(znodes.partitions_path(name))
+    for path in (znodes.topic_path(name), znodes.topic_config_path(name),
+                 znodes.delete_request_path(name)):
+        if session.call("exists", path) is not None:
+            existing.append(path)
+    try:
+        writer.write(lambda tx: [tx.delete(p) for p in existing])
+    except (NoNodeError, BadVersionError) as exc:
+        log.info("deleting %s raced another change (%s); retried on the next pass", name, exc)
+        return 0
+    log.info("deleted topic %s", name)
+    return 1

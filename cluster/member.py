@@ -1,0 +1,270 @@
+"""One appliance's membership of the fleet: what its supervisor calls.
+
+`ClusterMember` holds the session, registers the appliance and each serving node, keeps a
+`FleetSnapshot` current, runs for controller and, while elected, does the controller's duties
+(`cluster.controller`). All of that happens on one thread of its own, woken by ZooKeeper
+watches and by the supervisor; kazoo's callbacks only set an event, so nothing blocks
+kazoo's thread and the logic runs one pass at a time. The supervisor hears of each new
+snapshot through `on_change` (called on the member's thread: hand it on, do not block).
+
+Admin requests (create, delete, producer ids) run on the caller's thread, as Kafka's admin
+client did against ZooKeeper: any appliance writes the request, the controller carries it
+out. They return Kafka error codes; ZooKeeper being unreachable is REQUEST_TIMED_OUT, which
+clients retry.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from cluster import znodes
+from cluster.controller import Election, Fenced, FencedWriter, elect, reconcile
+from cluster.fleet_view import FleetSnapshot, read_fleet
+from cluster.placement import LiveNode, PlacementError, place_replicas
+from cluster.session import (
+    CONNECTED,
+    LOST,
+    BadVersionError,
+    NodeExistsError,
+    NoNodeError,
+    Session,
+    ZooKeeperUnavailable,
+)
+from klog.protocol.error_codes import ErrorCode
+
+log = logging.getLogger(__name__)
+
+PASS_INTERVAL_S = 1.0  # a pass runs at least this often, watches or not
+CREATE_WAIT_S = 10.0  # how long a topic creation waits for the controller's partition states
+PRODUCER_ID_BLOCK = 1000
+
+
+@dataclass(frozen=True)
+class AdminResult:
+    error: ErrorCode = ErrorCode.NONE
+    message: str | None = None
+
+
+class ClusterMember:
+    def __init__(self, connect: str, *, broker_id: int, host: str, rack: str | None = None,
+                 session_timeout_ms: int = 18_000, connection_timeout_ms: int = 18_000,
+                 on_change: Callable[[], None] = lambda: None):
+        self.broker_id = broker_id
+        self.host = host
+        self.rack = rack
+        self.on_change = on_change
+        self.session = Session(connect, session_timeout_ms=session_timeout_ms,
+                               connection_timeout_ms=connection_timeout_ms,
+                               on_state=self._on_state)
+        self.cluster_id = ""
+        self.election: Election | None = None
+        self.state = "NEW"
+        self._snapshot = FleetSnapshot()
+        self._wake = threading.Event()
+        self._changed = threading.Condition()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name=f"klog-fleet-{broker_id}",
+                                        daemon=True)
+
+    # life cycle -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Connect, make the fleet's roots and cluster id, register this appliance, and start
+        following. Raises ZooKeeperUnavailable, RegistrationConflict."""
+        self.session.start()
+        for root in znodes.PERSISTENT_ROOTS:
+            self.session.call("ensure_path", root)
+        self.cluster_id = self._cluster_id()
+        self.session.register(znodes.appliance_path(self.broker_id),
+                              znodes.ApplianceRegistration(self.broker_id, self.rack,
+                                                           self.host).encode())
+        self._pass()
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping = True
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join(5)
+        self.session.stop()
+
+    def _cluster_id(self) -> str:
+        fresh = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        try:
+            self.session.call("create", znodes.CLUSTER_ID, znodes.encode_cluster_id(fresh),
+                              makepath=True)
+            return fresh
+        except NodeExistsError:
+            data, _ = self.session.call("get", znodes.CLUSTER_ID)
+            return znodes.decode_cluster_id(data)
+
+    # nodes ----------------------------------------------------------------------------------
+
+    def register_node(self, node_id: int, port: int) -> None:
+        """A worker serves: it joins the fleet's live nodes."""
+        self.session.register(znodes.broker_path(node_id),
+                              znodes.BrokerRegistration(node_id, self.host, port,
+                                                        self.rack).encode())
+        self.wake()
+
+    def unregister_node(self, node_id: int) -> None:
+        """A worker died or stopped: its partitions get other leaders (or go offline)."""
+        try:
+            self.session.unregister(znodes.broker_path(node_id))
+        except ZooKeeperUnavailable as exc:
+            log.warning("cannot unregister node %d now (%s); its session will", node_id, exc)
+        self.wake()
+
+    # the view -------------------------------------------------------------------------------
+
+    def snapshot(self) -> FleetSnapshot:
+        return self._snapshot
+
+    @property
+    def is_controller(self) -> bool:
+        return self.election is not None
+
+    def wake(self, *_args) -> None:
+        """Any thread (watches call it): run a pass soon."""
+        self._wake.set()
+
+    def wait_for(self, predicate: Callable[[FleetSnapshot], bool], timeout_s: float) -> bool:
+        """Block until a snapshot satisfies `predicate` (tests, topic creation)."""
+        deadline = time.monotonic() + timeout_s
+        with self._changed:
+            while not predicate(self._snapshot):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._changed.wait(min(remaining, 0.2))
+        return True
+
+    def _on_state(self, state: str) -> None:
+        """SUSPENDED pauses the controller (passes act only while CONNECTED; its fenced
+        writes would fail anyway if it lost meanwhile); LOST ends its term: /controller went
+        with the session, and the next pass runs for election again."""
+        self.state = state
+        if state == LOST and self.election is not None:
+            log.warning("ZooKeeper session lost: resigning as the fleet's controller")
+            self.election = None
+        self.wake()
+
+    def _run(self) -> None:
+        while not self._stopping:
+            self._wake.wait(PASS_INTERVAL_S)
+            self._wake.clear()
+            if self._stopping:
+                return
+            try:
+                self._pass()
+            except ZooKeeperUnavailable as exc:
+                log.info("fleet pass skipped: %s", exc)
+            except Exception:  # noqa: BLE001 - a bug in one pass must not end the thread
+                log.exception("fleet pass failed")
+
+    def _pass(self) -> None:
+        snapshot = read_fleet(self.session, self.wake)
+        if snapshot != self._snapshot:
+            with self._changed:
+                self._snapshot = snapshot
+                self._changed.notify_all()
+            self.on_change()
+        if self.state != CONNECTED:
+            return
+        if self.election is None and snapshot.controller < 0:
+            self.election = elect(self.session, self.broker_id)
+            if self.election is not None:
+                self.wake()
+            return
+        if self.election is not None and (snapshot.controller != self.broker_id or
+                                          snapshot.controller_owner != self.session.session_id):
+            log.warning("another appliance controls the fleet now: resigning")
+            self.election = None
+            return
+        if self.election is not None:
+            try:
+                if reconcile(FencedWriter(self.session, self.election), snapshot):
+                    self.wake()
+            except Fenced as exc:
+                log.warning("deposed: %s", exc)
+                self.election = None
+
+    # admin ----------------------------------------------------------------------------------
+
+    def create_topic(self, name: str, partitions: int, replication_factor: int,
+                     configs: dict[str, str], *, validate_only: bool = False) -> AdminResult:
+        """Place and write a new topic; wait (bounded) until its leaders are elected."""
+        try:
+            snapshot = read_fleet(self.session, self.wake)  # now, not as of the last pass
+        except ZooKeeperUnavailable as exc:
+            return AdminResult(ErrorCode.REQUEST_TIMED_OUT,
+                               f"ZooKeeper is unreachable, the topic was not created: {exc}")
+        if name in snapshot.topics:
+            return AdminResult(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
+        live = [LiveNode(node_id, registration.rack)
+                for node_id, registration in snapshot.brokers.items()]
+        try:
+            replicas = place_replicas(range(partitions), replication_factor, live,
+                                      snapshot.load_by_node())
+        except PlacementError as exc:
+            return AdminResult(ErrorCode.INVALID_REPLICATION_FACTOR, str(exc))
+        if validate_only:
+            return AdminResult()
+        assignment = znodes.TopicAssignment(replicas)
+        try:
+            results = self.session.transaction(lambda tx: (
+                tx.create(znodes.topic_path(name), assignment.encode()),
+                tx.create(znodes.topic_config_path(name),
+                          znodes.TopicConfig(dict(configs)).encode())))
+        except ZooKeeperUnavailable as exc:
+            return AdminResult(ErrorCode.REQUEST_TIMED_OUT,
+                               f"ZooKeeper is unreachable, the topic was not created: {exc}")
+        if any(isinstance(r, NodeExistsError) for r in results):
+            return AdminResult(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
+        if any(isinstance(r, Exception) for r in results):
+            return AdminResult(ErrorCode.UNKNOWN_SERVER_ERROR, f"ZooKeeper refused: {results}")
+        self.wake()
+        self.wait_for(lambda s: name in s.topics and
+                      len(s.topics[name].states) == partitions, CREATE_WAIT_S)
+        return AdminResult()
+
+    def delete_topic(self, name: str) -> AdminResult:
+        if name not in self._snapshot.topics:
+            return AdminResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                               f"topic {name!r} does not exist")
+        try:
+            self.session.call("create", znodes.delete_request_path(name), b"", makepath=True)
+        except NodeExistsError:
+            pass
+        except ZooKeeperUnavailable as exc:
+            return AdminResult(ErrorCode.REQUEST_TIMED_OUT, f"ZooKeeper is unreachable: {exc}")
+        self.wake()
+        self.wait_for(lambda s: name not in s.topics, CREATE_WAIT_S)
+        return AdminResult()
+
+    def allocate_producer_ids(self) -> range:
+        """A block of producer ids no other appliance will hand out (Kafka's conditional set
+        on /latest_producer_id_block). Raises ZooKeeperUnavailable."""
+        while True:
+            try:
+                data, stat = self.session.call("get", znodes.PRODUCER_ID_BLOCK)
+                start = znodes.ProducerIdBlock.decode(data).block_end + 1
+                version = stat.version
+            except NoNodeError:
+                start, version = 0, None
+            block = znodes.ProducerIdBlock(self.broker_id, start, start + PRODUCER_ID_BLOCK - 1)
+            try:
+                if version is None:
+                    self.session.call("create", znodes.PRODUCER_ID_BLOCK, block.encode())
+                else:
+                    self.session.call("set", znodes.PRODUCER_ID_BLOCK, block.encode(),
+                                      version=version)
+                return range(block.block_start, block.block_end + 1)
+            except (NodeExistsError, BadVersionError):
+                continue  # another appliance took a block meanwhile
