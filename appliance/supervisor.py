@@ -26,12 +26,14 @@ import time
 from dataclasses import dataclass, field
 
 from appliance import sd_notify
-from appliance.config import BrokerConfig
+from appliance.config import BrokerConfig, check_advertised_listener
 from appliance.controller.catalog import Catalog, cluster_id
 from appliance.controller.decisions import ApplianceController
+from appliance.controller.fleet import FleetDecisions
 from appliance.controller.server import ControlServer
 from appliance.exit_codes import BOOT_ERROR, DISK_FAILED, describe_exit
-from appliance.forking import DirectForker, ForkError
+from appliance.fleet_membership import FleetMembership
+from appliance.forking import DirectForker, ForkError, ForkServer
 from appliance.identity import DiskIdentity, claim_log_dir, node_id_for
 from appliance.shm.appliance_region import ApplianceRegion
 from appliance.workers.main import worker_main
@@ -68,6 +70,7 @@ class Supervisor:
         self._ready_sent = False
         self._last_watchdog = 0.0
         self.sockets: list[socket.socket] = []
+        self.fleet: FleetMembership | None = None  # cluster mode only
 
     # start -------------------------------------------------------------------------------
 
@@ -78,19 +81,15 @@ class Supervisor:
         self.region = ApplianceRegion.create(self.config)
         try:
             self.sockets = [self._bind(i) for i in range(len(self.config.log_dirs))]
-            catalog = Catalog(self.config.log_dirs[0])
-            for problem in catalog.problems:
-                log.error("catalog: %s", problem)
-            self._claim_log_dirs(cluster_id(self.config.log_dirs[0]))
-            controller = ApplianceController(catalog, defaults=self.config.log_defaults,
-                                             default_partitions=self.config.num_partitions,
-                                             worker_count=len(self.config.log_dirs))
+            if self.config.zookeeper_connect:
+                controller, cluster = self._join_fleet()
+            else:
+                controller, cluster = self._run_alone()
+            self._claim_log_dirs(cluster)
             # slots first: a worker told about a new topic must find its partitions' slots
             self.region.follow(controller)
-            self.control = ControlServer(controller,
-                                         cluster_id=cluster_id(self.config.log_dirs[0]))
-            self.forker = DirectForker(self._worker_child, signals=HANDLED_SIGNALS,
-                                       close_in_child=self._inherited_by_children)
+            self.control = ControlServer(controller, cluster_id=cluster,
+                                         on_ready=self._worker_ready)
             self._install_signals()
             for index in range(len(self.config.log_dirs)):
                 self.workers[index] = WorkerProcess(index)
@@ -99,6 +98,41 @@ class Supervisor:
         finally:
             self._shutdown()
         return self._exit_code
+
+    def _run_alone(self):
+        catalog = Catalog(self.config.log_dirs[0])
+        for problem in catalog.problems:
+            log.error("catalog: %s", problem)
+        self.forker = DirectForker(self._worker_child, signals=HANDLED_SIGNALS,
+                                   close_in_child=self._inherited_by_children)
+        controller = ApplianceController(catalog, defaults=self.config.log_defaults,
+                                         default_partitions=self.config.num_partitions,
+                                         worker_count=len(self.config.log_dirs))
+        return controller, cluster_id(self.config.log_dirs[0])
+
+    def _join_fleet(self):
+        """Cluster mode: the fork server first (kazoo starts threads), then the ZooKeeper
+        session; the fleet's controller decides, this appliance follows."""
+        check_advertised_listener(self.config)
+        self.forker = ForkServer(self._worker_child, signals=HANDLED_SIGNALS,
+                                 close_in_child=self._inherited_by_children)
+        self.fleet = FleetMembership(self.config, wake=self._wake)
+        self.fleet.start()
+        controller = FleetDecisions(
+            self.fleet, broker_id=self.config.broker_id, defaults=self.config.log_defaults,
+            default_partitions=self.config.num_partitions,
+            default_replication_factor=self.config.default_replication_factor)
+        controller.refresh()
+        return controller, self.fleet.cluster_id
+
+    def _wake(self) -> None:
+        """Any thread: make the loop run a pass now (kazoo's callbacks use it)."""
+        with contextlib.suppress(BlockingIOError):
+            os.write(self._wake_w, b".")
+
+    def _worker_ready(self, index: int) -> None:
+        if self.fleet is not None:
+            self.fleet.register_node(index)
 
     def _claim_log_dirs(self, cluster: str) -> None:
         """Refuse disks of another cluster or node (IdentityError), stamp new ones."""
@@ -121,8 +155,7 @@ class Supervisor:
 
     def _queue_signal(self, signum, frame) -> None:
         self._signals.append(signum)
-        with contextlib.suppress(BlockingIOError):
-            os.write(self._wake_w, b".")
+        self._wake()
 
     # the loop ----------------------------------------------------------------------------
 
@@ -132,6 +165,8 @@ class Supervisor:
             while self._signals:
                 self._dispatch(self._signals.pop(0))
             self._reap()
+            if self.fleet is not None:
+                self.control.controller.refresh()
             if self._stopping:
                 if time.monotonic() > self._stop_deadline:
                     self._kill_all(signal.SIGKILL)
@@ -234,8 +269,9 @@ class Supervisor:
 
     def _inherited_by_children(self) -> list:
         """What a child must close: the supervisor's wake pipe and the workers' channels."""
-        return [self._wake_r, self._wake_w,
-                *(channel.sock for channel in self.control.channels.values())]
+        control = getattr(self, "control", None)  # the fork server starts before it exists
+        channels = control.channels.values() if control is not None else ()
+        return [self._wake_r, self._wake_w, *(channel.sock for channel in channels)]
 
     def _reap(self) -> None:
         while True:
@@ -252,6 +288,8 @@ class Supervisor:
     def _worker_exited(self, worker: WorkerProcess, status: int) -> None:
         worker.pid = 0
         self.control.detach(worker.index)
+        if self.fleet is not None:
+            self.fleet.unregister_node(worker.index)
         code = os.waitstatus_to_exitcode(status)
         self.region.worker_exited(worker.index, failed=code == DISK_FAILED)
         if self._stopping:
@@ -323,6 +361,11 @@ class Supervisor:
             sd_notify.notify("WATCHDOG=1")
 
     def _shutdown(self) -> None:
+        if self.fleet is not None:
+            self.fleet.stop()  # our nodes leave the fleet now, not after a session timeout
+        forker = getattr(self, "forker", None)
+        if forker is not None:
+            forker.close()
         self._kill_all(signal.SIGKILL)
         while self._alive_pids():
             self._reap()

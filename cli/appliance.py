@@ -12,6 +12,7 @@ import logging
 import sys
 
 from appliance.config import ConfigError, load_config
+from appliance.fleet_membership import FleetUnavailableError
 from appliance.identity import IdentityError
 from appliance.shm.region import RegionError
 from appliance.supervisor import Supervisor
@@ -42,7 +43,7 @@ def run(args) -> int:
                                                                       args.override))
     try:
         return supervisor.run()
-    except (RegionError, IdentityError) as exc:
+    except (RegionError, IdentityError, ConfigError, FleetUnavailableError) as exc:
         print(f"klog: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:

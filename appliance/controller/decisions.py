@@ -9,17 +9,13 @@ from appliance.controller.catalog import Catalog, ProducerIdBlocks
 from appliance.controller.interface import TopicListener
 from appliance.controller.placement import place_partitions
 from appliance.controller.topics import (
-    InvalidTopicError,
+    INTERNAL_PREFIX,
     TopicInfo,
     TopicResult,
-    check_topic_name,
-    topic_log_config,
+    check_new_topic,
 )
 from appliance.segments.config import LogConfig
 from klog.protocol.error_codes import ErrorCode
-
-MAX_PARTITIONS_PER_TOPIC = 100_000
-INTERNAL_PREFIX = "__"  # Kafka's convention: __consumer_offsets and its kind
 
 
 class ApplianceController:
@@ -52,27 +48,18 @@ class ApplianceController:
                      configs: dict[str, str] | None = None, *,
                      validate_only: bool = False) -> TopicResult:
         configs = dict(configs or {})
-        try:
-            check_topic_name(name)
-        except InvalidTopicError as exc:
-            return TopicResult(name, ErrorCode.INVALID_TOPIC_EXCEPTION, str(exc))
+        if partitions == -1:
+            partitions = self.default_partitions
+        refused = check_new_topic(name, partitions, configs, self.defaults)
+        if refused is not None:
+            return refused
         if name in self.catalog:
             return TopicResult(name, ErrorCode.TOPIC_ALREADY_EXISTS,
                                f"topic {name!r} already exists")
-        if partitions == -1:
-            partitions = self.default_partitions
-        if not 1 <= partitions <= MAX_PARTITIONS_PER_TOPIC:
-            return TopicResult(name, ErrorCode.INVALID_PARTITIONS,
-                               f"number of partitions must be 1..{MAX_PARTITIONS_PER_TOPIC}, "
-                               f"got {partitions}")
         if replication_factor not in (-1, 1):
             return TopicResult(name, ErrorCode.INVALID_REPLICATION_FACTOR,
                                f"replication factor must be 1 on one appliance, "
                                f"got {replication_factor}")
-        try:
-            topic_log_config(self.defaults, configs)
-        except ValueError as exc:
-            return TopicResult(name, ErrorCode.INVALID_CONFIG, str(exc))
         if validate_only:
             return TopicResult(name)
         owners = place_partitions(partitions, self.catalog.load_by_worker(self.workers))

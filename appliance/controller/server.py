@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import socket
+from collections.abc import Callable
 
 from appliance.controller.channel import (
     ControlChannelError,
@@ -17,6 +18,7 @@ from appliance.controller.channel import (
     topic_to_message,
 )
 from appliance.controller.decisions import ApplianceController
+from appliance.controller.fleet import FleetDecisions
 
 log = logging.getLogger(__name__)
 
@@ -35,19 +37,32 @@ class WorkerChannel:
 class ControlServer:
     """Requests from workers in, replies and catalog broadcasts out."""
 
-    def __init__(self, controller: ApplianceController, *, cluster_id: str):
+    def __init__(self, controller: ApplianceController | FleetDecisions, *, cluster_id: str,
+                 on_ready: Callable[[int], None] = lambda index: None):
         self.controller = controller
         self.cluster_id = cluster_id
+        self.on_ready = on_ready
         self.channels: dict[int, WorkerChannel] = {}
+        self._fleet: dict | None = None
         controller.add_listener(self._broadcast_change)
+        if isinstance(controller, FleetDecisions):
+            controller.add_fleet_listener(self._broadcast_fleet)
 
     def attach(self, index: int, sock: socket.socket) -> WorkerChannel:
-        """A (re)started worker's channel; it first receives the whole catalog."""
+        """A (re)started worker's channel; it first receives the whole catalog (and, in
+        cluster mode, the fleet's live nodes)."""
         channel = WorkerChannel(index, sock)
         self.channels[index] = channel
+        if self._fleet is not None:
+            channel.send(self._fleet)
         channel.send({"op": "catalog", "cluster_id": self.cluster_id,
                       "topics": [topic_to_message(t) for t in self.controller.topics()]})
         return channel
+
+    def _broadcast_fleet(self, nodes: dict, controller_node_id: int) -> None:
+        self._fleet = {"op": "fleet", "controller_id": controller_node_id,
+                       "nodes": [[n.node_id, n.host, n.port, n.rack] for n in nodes.values()]}
+        self.broadcast(self._fleet)
 
     def detach(self, index: int) -> None:
         channel = self.channels.pop(index, None)
@@ -74,6 +89,7 @@ class ControlServer:
         op = message.get("op")
         if op == "ready":
             channel.ready = True
+            self.on_ready(channel.index)
             return
         if op == "create_topic":
             result = self.controller.create_topic(

@@ -15,6 +15,8 @@ from appliance.segments.config import LogConfig
 from klog.protocol.error_codes import ErrorCode
 
 MAX_TOPIC_NAME = 249
+MAX_PARTITIONS_PER_TOPIC = 100_000
+INTERNAL_PREFIX = "__"  # Kafka's convention: __consumer_offsets and its kind
 _LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
 
 # Kafka topic configs that clients send with their default values, which klog honours by doing
@@ -153,3 +155,22 @@ def topic_log_config(defaults: LogConfig, overrides: dict[str, str]) -> LogConfi
             continue
         settings[key] = value
     return LogConfig.from_kafka(settings)
+
+
+def check_new_topic(name: str, partitions: int, configs: dict[str, str],
+                    defaults: LogConfig) -> TopicResult | None:
+    """What any controller refuses before deciding anything: a bad name, a partition count
+    out of range, a config klog cannot honour. None: acceptable."""
+    try:
+        check_topic_name(name)
+    except InvalidTopicError as exc:
+        return TopicResult(name, ErrorCode.INVALID_TOPIC_EXCEPTION, str(exc))
+    if not 1 <= partitions <= MAX_PARTITIONS_PER_TOPIC:
+        return TopicResult(name, ErrorCode.INVALID_PARTITIONS,
+                           f"number of partitions must be 1..{MAX_PARTITIONS_PER_TOPIC}, "
+                           f"got {partitions}")
+    try:
+        topic_log_config(defaults, configs)
+    except ValueError as exc:
+        return TopicResult(name, ErrorCode.INVALID_CONFIG, str(exc))
+    return None

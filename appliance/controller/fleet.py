@@ -1,0 +1,157 @@
+"""The controller's decisions in cluster mode: the fleet's, through ZooKeeper.
+
+`FleetDecisions` stands where `ApplianceController` stands when the appliance runs alone, so
+the control server, the shm region and the workers see one interface either way. It does not
+decide itself: topic creation, deletion and producer ids go to the fleet (`cluster/`: any
+member writes the request, the elected controller places and elects), and what the fleet
+decided comes back as a `FleetView`, which this module turns into the appliance's terms:
+`TopicInfo.owners[p]` is the local worker holding a replica of p (or -1), `leadership` the
+controller's partition states, and the live nodes go to the workers as a `fleet` broadcast.
+
+Thread rule: `refresh` runs on the supervisor's loop only (kazoo's callbacks just wake it).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from appliance.controller.interface import TopicListener
+from appliance.controller.topics import (
+    INTERNAL_PREFIX,
+    FleetNode,
+    PartitionLeadership,
+    TopicInfo,
+    TopicResult,
+    appliance_rack,
+)
+from appliance.identity import NODES_PER_APPLIANCE
+from appliance.segments.config import LogConfig
+from klog.protocol.error_codes import ErrorCode
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class FleetTopic:
+    name: str
+    leadership: tuple[PartitionLeadership, ...]
+    configs: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class FleetView:
+    """What the fleet looks like from ZooKeeper at one moment."""
+
+    nodes: dict[int, FleetNode]
+    topics: dict[str, FleetTopic]
+    controller_id: int = -1  # the controlling appliance's broker.id, -1: none elected
+
+
+def local_owners(leadership: tuple[PartitionLeadership, ...], broker_id: int) -> tuple[int, ...]:
+    """Per partition, the index of this appliance's worker holding a replica, or -1."""
+    owners = []
+    for state in leadership:
+        mine = [r % NODES_PER_APPLIANCE for r in state.replicas
+                if r // NODES_PER_APPLIANCE == broker_id]
+        owners.append(mine[0] if mine else -1)
+    return tuple(owners)
+
+
+class FleetDecisions:
+    """The appliance's view of the fleet's controller, with ApplianceController's interface.
+
+    `fleet` is the cluster membership (`cluster.member.ClusterMember`'s adapter): it does the
+    ZooKeeper work and raises nothing; failures come back as a `TopicResult` with a Kafka
+    error code (REQUEST_TIMED_OUT while ZooKeeper cannot be reached)."""
+
+    def __init__(self, fleet, *, broker_id: int, defaults: LogConfig, default_partitions: int,
+                 default_replication_factor: int):
+        self.fleet = fleet
+        self.broker_id = broker_id
+        self.defaults = defaults
+        self.default_partitions = default_partitions
+        self.default_replication_factor = default_replication_factor
+        self._topics: dict[str, TopicInfo] = {}
+        self._nodes: dict[int, FleetNode] | None = None  # None: no view yet
+        self.controller_node_id = -1
+        self._listeners: list[TopicListener] = []
+        self._fleet_listeners: list[Callable[[dict[int, FleetNode], int], None]] = []
+
+    # ApplianceController's interface -------------------------------------------------------
+
+    def add_listener(self, listener: TopicListener) -> None:
+        self._listeners.append(listener)
+
+    def add_fleet_listener(self, listener) -> None:
+        """`listener(nodes, controller_node_id)` runs when live nodes or the controller change."""
+        self._fleet_listeners.append(listener)
+
+    def topics(self) -> list[TopicInfo]:
+        return list(self._topics.values())
+
+    def topic(self, name: str) -> TopicInfo | None:
+        return self._topics.get(name)
+
+    @property
+    def nodes(self) -> dict[int, FleetNode]:
+        return dict(self._nodes or {})
+
+    def create_topic(self, name: str, partitions: int = -1, replication_factor: int = -1,
+                     configs: dict[str, str] | None = None, *,
+                     validate_only: bool = False) -> TopicResult:
+        result = self.fleet.create_topic(
+            name, self.default_partitions if partitions == -1 else partitions,
+            self.default_replication_factor if replication_factor == -1 else replication_factor,
+            dict(configs or {}), validate_only=validate_only)
+        self.refresh()  # the asking worker must see the topic before the reply
+        return result
+
+    def delete_topic(self, name: str) -> TopicResult:
+        info = self._topics.get(name)
+        if info is not None and info.internal:
+            return TopicResult(name, ErrorCode.INVALID_TOPIC_EXCEPTION,
+                               f"{name!r} is an internal topic and cannot be deleted")
+        result = self.fleet.delete_topic(name)
+        self.refresh()
+        return result
+
+    def allocate_producer_id(self) -> int:
+        return self.fleet.allocate_producer_id()
+
+    # following the fleet -------------------------------------------------------------------
+
+    def refresh(self) -> None:
+        """Apply the fleet's current view: tell listeners what changed, in the appliance's
+        terms. Cheap when nothing changed (one snapshot, dict comparisons)."""
+        view: FleetView = self.fleet.view()
+        nodes = {node_id: FleetNode(n.node_id, n.host, n.port,
+                                    appliance_rack(node_id // NODES_PER_APPLIANCE))
+                 for node_id, n in view.nodes.items()}
+        controller = (view.controller_id * NODES_PER_APPLIANCE
+                      if view.controller_id >= 0 else -1)
+        if nodes != self._nodes or controller != self.controller_node_id:
+            self._nodes, self.controller_node_id = nodes, controller
+            for listener in self._fleet_listeners:
+                listener(nodes, controller)
+        wanted = {name: TopicInfo(name=name,
+                                  owners=local_owners(topic.leadership, self.broker_id),
+                                  configs=topic.configs,
+                                  internal=name.startswith(INTERNAL_PREFIX),
+                                  leadership=topic.leadership)
+                  for name, topic in view.topics.items()}
+        for name in [n for n in self._topics if n not in wanted]:
+            del self._topics[name]
+            self._tell(name, None)
+        for name, info in wanted.items():
+            if self._topics.get(name) != info:
+                self._topics[name] = info
+                self._tell(name, info)
+
+    def _tell(self, name: str, info: TopicInfo | None) -> None:
+        for listener in self._listeners:
+            try:
+                listener(name, info)
+            except Exception:  # one listener's bug must not stop the others hearing
+                log.exception("listener failed on topic %s", name)

@@ -1,0 +1,102 @@
+"""The supervisor's link to the fleet: `cluster.ClusterMember` in the appliance's terms.
+
+It turns the appliance's config into a membership (node ids by `node_id_for`, the advertised
+address, `broker.rack`), the fleet's snapshot into the `FleetView` that `FleetDecisions`
+follows, and admin requests into `TopicResult`s after the checks every controller makes.
+Producer ids come from fleet-wide blocks, so two appliances never hand out the same one.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from appliance.config import BrokerConfig
+from appliance.controller.fleet import FleetTopic, FleetView
+from appliance.controller.topics import (
+    FleetNode,
+    PartitionLeadership,
+    TopicResult,
+    check_new_topic,
+)
+from appliance.identity import node_id_for
+from cluster.member import ClusterMember
+from cluster.session import ZooKeeperUnavailable
+
+log = logging.getLogger(__name__)
+
+
+class FleetUnavailableError(RuntimeError):
+    """The fleet cannot be joined now (ZooKeeper unreachable at start)."""
+
+
+class FleetMembership:
+    def __init__(self, config: BrokerConfig, *, wake: Callable[[], None]):
+        self.config = config
+        self.member = ClusterMember(
+            config.zookeeper_connect, broker_id=config.broker_id, host=config.advertised.host,
+            rack=config.broker_rack, session_timeout_ms=config.zookeeper_session_timeout_ms,
+            connection_timeout_ms=config.zookeeper_connection_timeout_ms, on_change=wake)
+        self._producer_ids = iter(())
+
+    def start(self) -> None:
+        try:
+            self.member.start()
+        except ZooKeeperUnavailable as exc:
+            raise FleetUnavailableError(f"zookeeper.connect: {exc}") from None
+
+    def stop(self) -> None:
+        self.member.stop()
+
+    @property
+    def cluster_id(self) -> str:
+        return self.member.cluster_id
+
+    def register_node(self, index: int) -> None:
+        try:
+            self.member.register_node(node_id_for(self.config.broker_id, index),
+                                      self.config.advertised.port + index)
+        except ZooKeeperUnavailable as exc:
+            log.error("worker %d serves but cannot join the fleet yet: %s", index, exc)
+
+    def unregister_node(self, index: int) -> None:
+        self.member.unregister_node(node_id_for(self.config.broker_id, index))
+
+    def view(self) -> FleetView:
+        snapshot = self.member.snapshot()
+        nodes = {node_id: FleetNode(node_id, b.host, b.port, b.rack)
+                 for node_id, b in snapshot.brokers.items()}
+        topics = {}
+        for name, topic in snapshot.topics.items():
+            if name in snapshot.deleting:
+                continue
+            leadership = []
+            for partition in sorted(topic.replicas):
+                replicas = topic.replicas[partition]
+                state = topic.states.get(partition)
+                if state is None:  # the controller has not elected its first leader yet
+                    leadership.append(PartitionLeadership(-1, -1, replicas, ()))
+                else:
+                    leadership.append(PartitionLeadership(state[0].leader, state[0].leader_epoch,
+                                                          replicas, state[0].isr))
+            topics[name] = FleetTopic(name, tuple(leadership), dict(topic.config))
+        return FleetView(nodes, topics, snapshot.controller)
+
+    def create_topic(self, name: str, partitions: int, replication_factor: int,
+                     configs: dict[str, str], *, validate_only: bool) -> TopicResult:
+        refused = check_new_topic(name, partitions, configs, self.config.log_defaults)
+        if refused is not None:
+            return refused
+        result = self.member.create_topic(name, partitions, replication_factor, configs,
+                                          validate_only=validate_only)
+        return TopicResult(name, result.error, result.message)
+
+    def delete_topic(self, name: str) -> TopicResult:
+        result = self.member.delete_topic(name)
+        return TopicResult(name, result.error, result.message)
+
+    def allocate_producer_id(self) -> int:
+        for producer_id in self._producer_ids:
+            return producer_id
+        self._producer_ids = iter(self.member.allocate_producer_ids())
+        return next(self._producer_ids)
