@@ -10,7 +10,7 @@ APT_PACKAGES := kcat systemd zookeeper iptables
 JDK_PACKAGE := openjdk-17-jre-headless
 PYTEST_ARGS ?=
 
-.PHONY: all run test lint deps venv soak perf clean
+.PHONY: all run run-cluster test lint deps venv soak perf clean
 
 all: test
 
@@ -43,6 +43,10 @@ test: deps venv lint
 
 run: deps venv
 	$(PY) -m cli.main demo
+
+# a local fleet: ZooKeeper and three appliances on this host (cluster mode), shown working
+run-cluster: deps venv
+	$(PY) -m cli.main demo-cluster
 
 perf: deps venv
 	@for b in perf/bench_*.py; do echo "== $$b"; $(PY) $$b --quick || exit 1; done

@@ -21,7 +21,8 @@ from appliance.controller.topics import (
 )
 from appliance.identity import node_id_for
 from cluster.member import ClusterMember
-from cluster.session import ZooKeeperUnavailable
+from cluster.session import CONNECTED, ZooKeeperUnavailable
+from klog.protocol.error_codes import ErrorCode
 
 log = logging.getLogger(__name__)
 
@@ -87,16 +88,39 @@ class FleetMembership:
         refused = check_new_topic(name, partitions, configs, self.config.log_defaults)
         if refused is not None:
             return refused
+        unreachable = self._unreachable(name)
+        if unreachable is not None:
+            return unreachable
         result = self.member.create_topic(name, partitions, replication_factor, configs,
                                           validate_only=validate_only)
         return TopicResult(name, result.error, result.message)
 
+    def _unreachable(self, name: str) -> TopicResult | None:
+        """Fail at once while the session is not connected: the worker that asked waits for
+        this answer, and its clients' produce and fetch must not wait with it."""
+        if self.member.state == CONNECTED:
+            return None
+        return TopicResult(name, ErrorCode.REQUEST_TIMED_OUT,
+                           f"ZooKeeper is unreachable (session {self.member.state}); "
+                           f"retry when it is back")
+
     def delete_topic(self, name: str) -> TopicResult:
+        unreachable = self._unreachable(name)
+        if unreachable is not None:
+            return unreachable
         result = self.member.delete_topic(name)
         return TopicResult(name, result.error, result.message)
 
     def allocate_producer_id(self) -> int:
+        """The next id of this appliance's fleet-wide block; -1 while ZooKeeper cannot be
+        reached for a new block (InitProducerId answers a retriable error then)."""
         for producer_id in self._producer_ids:
             return producer_id
-        self._producer_ids = iter(self.member.allocate_producer_ids())
+        if self.member.state != CONNECTED:
+            return -1
+        try:
+            self._producer_ids = iter(self.member.allocate_producer_ids())
+        except ZooKeeperUnavailable as exc:
+            log.warning("no producer id block: %s", exc)
+            return -1
         return next(self._producer_ids)

@@ -16,6 +16,8 @@ COMMANDS = {
     "produce": ("cli.produce", "send stdin lines to a topic, one message per line"),
     "consume": ("cli.consume", "print a topic's messages (kcat-style --format)"),
     "groups": ("cli.groups", "list, describe, reset offsets of and delete consumer groups"),
+    "cluster": ("cli.cluster", "the fleet of appliances, as ZooKeeper holds it (cluster mode)"),
+    "demo-cluster": ("cli.demo_cluster", "start ZooKeeper and three appliances; show the fleet"),
     "load-hourly": ("cli.load_hourly", "load hours of a topic into the Parquet warehouse (Spark)"),
 }
 

@@ -43,7 +43,9 @@ class Controller(Protocol):
 
     def delete_topic(self, name: str) -> TopicResult: ...
 
-    def allocate_producer_id(self) -> int: ...
+    def allocate_producer_id(self) -> int:
+        """A producer id no other producer has; -1 when none can be had now (cluster mode,
+        ZooKeeper unreachable): a retriable condition."""
 
     def add_listener(self, listener: TopicListener) -> None:
         """`listener(name, info)` runs after a topic is created (info) or deleted (None)."""

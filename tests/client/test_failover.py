@@ -66,6 +66,13 @@ def test_kill_mid_send_loses_and_duplicates_nothing(appliance_factory, lose):
             # both partitions all the time: the victim always has batches in flight
             futures.append(producer.send("failover", b"%08d" % i, partition=i % 2))
             if i == KILL_AT:  # from this thread: mid-burst, with batches in flight
+                # ... and only once the victim has acknowledged some of its records, so the
+                # kill falls mid-stream however fast this machine sends (seen: a kill before
+                # the first answer let the new worker take everything, nothing to observe)
+                deadline = time.monotonic() + 10
+                while not any(f.done() for f in futures[1::2]) and \
+                        time.monotonic() < deadline:
+                    time.sleep(0.001)
                 kill()
                 killed.set()
             elif i % 2000 == 0:

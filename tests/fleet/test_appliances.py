@@ -4,6 +4,7 @@ topics spread over the appliances, keyed messages keep their order."""
 
 import collections
 import subprocess
+import sys
 import time
 
 import pytest
@@ -72,6 +73,25 @@ def test_every_node_lists_the_same_fleet(fleet):
     assert brokers == (100, 101, 200, 201, 300, 301)
 
 
+def test_cluster_status_shows_the_three_appliances(fleet):
+    import orjson
+
+    from tests.conftest import REPO
+    done = subprocess.run([sys.executable, "-m", "cli.main", "cluster", "status", "--config",
+                           str(fleet[0].config), "--json"], cwd=REPO, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    status = orjson.loads(done.stdout)
+    assert sorted(status["appliances"]) == ["1", "2", "3"]
+    assert all(len(a["nodes"]) == 2 for a in status["appliances"].values())
+    assert status["controller"] in (1, 2, 3) and status["controller_epoch"] >= 1
+    assert status["offline_partitions"] == []
+    human = subprocess.run([sys.executable, "-m", "cli.main", "cluster", "status", "--config",
+                            str(fleet[0].config)], cwd=REPO, capture_output=True, text=True,
+                           timeout=60)
+    assert human.returncode == 0 and "controller: appliance" in human.stdout
+
+
 def test_a_topic_created_through_any_node_spreads_and_keeps_key_order(fleet):
     admin = AdminClient({"bootstrap.servers": fleet[1].bootstrap})
     admin.create_topics([NewTopic("fleet-keys", 12, 1)])["fleet-keys"].result(30)
@@ -112,3 +132,211 @@ def test_a_topic_created_through_any_node_spreads_and_keeps_key_order(fleet):
     assert seen == count
     for values in by_key.values():
         assert values == sorted(values)  # per-key order kept
+
+
+def zk_client(ensemble):
+    from kazoo.client import KazooClient
+    client = KazooClient(hosts=f"{ensemble.connect}/klog-fleet")
+    client.start(timeout=10)
+    return client
+
+
+def controller_and_epoch(zk) -> tuple[int, int]:
+    import orjson
+    try:
+        data, _ = zk.get("/controller")
+    except Exception:  # noqa: BLE001 - none elected right now
+        return -1, int(zk.get("/controller_epoch")[0])
+    return orjson.loads(data)["brokerid"], int(zk.get("/controller_epoch")[0])
+
+
+def wait_until(predicate, timeout_s: float, what: str):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_a_stopped_appliance_leaves_and_returns_with_its_data(fleet):
+    admin = AdminClient({"bootstrap.servers": fleet[0].bootstrap})
+    admin.create_topics([NewTopic("fleet-return", 6, 1)])["fleet-return"].result(30)
+    wait_until(lambda: all(p.leader >= 0 for p in
+                           metadata(fleet[0].bootstrap).topics["fleet-return"].partitions.values()),
+               30, "leaders of fleet-return")
+    producer = Producer({"bootstrap.servers": fleet[0].bootstrap, "enable.idempotence": True})
+    for i in range(600):
+        producer.produce("fleet-return", f"{i}".encode(), partition=i % 6)
+    assert producer.flush(30) == 0
+    leaving = fleet[2]
+    assert leaving.stop() == 0  # SIGTERM: graceful
+    wait_until(lambda: {b for b in metadata(fleet[0].bootstrap).brokers} ==
+               {100, 101, 200, 201}, SESSION_MS / 1000 + 5, "the stopped nodes to leave")
+    offline = [p for p in metadata(fleet[0].bootstrap).topics["fleet-return"].partitions.values()
+               if p.leader < 0]
+    assert offline and all(p.replicas[0] // 100 == 3 for p in offline)
+    leaving.start(timeout_s=60)
+    wait_until(lambda: len(metadata(fleet[0].bootstrap).brokers) == 6, 30, "the nodes to return")
+    wait_until(lambda: all(p.leader >= 0 for p in
+                           metadata(fleet[0].bootstrap).topics["fleet-return"].partitions.values()),
+               30, "every partition to have a leader again")
+    consumer = Consumer({"bootstrap.servers": fleet[1].bootstrap, "group.id": "fleet-return",
+                         "auto.offset.reset": "earliest"})
+    consumer.subscribe(["fleet-return"])
+    values = set()
+    deadline = time.monotonic() + 60
+    while len(values) < 600 and time.monotonic() < deadline:
+        for message in consumer.consume(600, timeout=1):
+            if not message.error():
+                values.add(int(message.value()))
+    consumer.close()
+    assert values == set(range(600))
+
+
+def test_four_clients_in_one_group_across_the_fleet_survive_an_appliance_stop(fleet,
+                                                                              tmp_path):
+    from tests.groups.members import MemberProcess, overlaps
+    from tests.groups.test_group_interop import Producer as SteadyProducer
+    from tests.groups.test_group_interop import committed_and_end
+    topic, group, partitions = "fleet-mixed", "fleet-mixed", 12
+    admin = AdminClient({"bootstrap.servers": fleet[0].bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+    wait_until(lambda: all(p.leader >= 0 for p in
+                           metadata(fleet[0].bootstrap).topics[topic].partitions.values()),
+               30, "leaders")
+    producer = SteadyProducer(fleet[0].bootstrap, topic, rate_per_s=400)
+    producer.start()
+    members = [MemberProcess(client, fleet[i % 2].bootstrap, group, topic,
+                             tmp_path / f"{i}-{client}.log", session_ms=6000)
+               for i, client in enumerate(["confluent", "kafka-python", "aiokafka", "klog"])]
+    try:
+        wait_until(lambda: set().union(*(m.owned() for m in members)) == set(range(partitions))
+                   and all(m.owned() for m in members), 60, "the group to share the topic")
+        assert fleet[2].stop() == 0  # SIGTERM
+        wait_until(lambda: set(metadata(fleet[0].bootstrap).brokers).isdisjoint({300, 301}),
+                   SESSION_MS / 1000 + 5, "the stopped appliance's nodes to leave Metadata")
+        time.sleep(2)
+        fleet[2].start(timeout_s=60)
+        wait_until(lambda: len(metadata(fleet[0].bootstrap).brokers) == 6, 30, "its return")
+        time.sleep(2)
+        producer.stop()
+        assert len(producer.acked) > 500
+
+        def caught_up():  # at least once: this producer is not idempotent, and a request
+            # in flight when its appliance stopped may be appended without an answer
+            committed, ends = committed_and_end(fleet[0].bootstrap, group, topic, partitions)
+            return committed == ends and sum(ends.values()) >= len(producer.acked)
+        try:
+            wait_until(caught_up, 90, "committed offsets to reach the log end")
+        except AssertionError:
+            committed, ends = committed_and_end(fleet[0].bootstrap, group, topic, partitions)
+            raise AssertionError(f"committed {committed}\nends {ends}\nacked "
+                                 f"{len(producer.acked)}\n" + "\n".join(
+                                     f"{m.client}: {sorted(m.owned())} {m.stderr_text()[-300:]}"
+                                     for m in members)) from None
+    finally:
+        producer.stopping.set()
+        codes = [m.stop() for m in members]
+    assert codes == [0, 0, 0, 0], [m.stderr_text()[-500:] for m in members]
+    consumed = set().union(*(m.consumed() for m in members))
+    assert producer.acked <= consumed, f"{len(producer.acked - consumed)} never consumed"
+    assert not overlaps(members), overlaps(members)[:5]
+
+
+def test_controller_failover_after_kill_9_of_its_supervisor(fleet, ensemble):
+    zk = zk_client(ensemble)
+    try:
+        controller, epoch = wait_until(lambda: (c := controller_and_epoch(zk))[0] > 0 and c,
+                                       20, "a controller")
+        victim = fleet[controller - 1]
+        killed_at = time.monotonic()
+        victim.kill()
+        new, new_epoch = wait_until(
+            lambda: (c := controller_and_epoch(zk))[0] > 0 and c[0] != controller and c,
+            SESSION_MS / 1000 + 10, "another controller")
+        took_s = time.monotonic() - killed_at
+        assert new_epoch > epoch
+        print(f"controller failover: {took_s:.1f} s (session timeout {SESSION_MS / 1000} s)")
+        survivor = fleet[new - 1]
+        admin = AdminClient({"bootstrap.servers": survivor.bootstrap})
+        admin.create_topics([NewTopic("after-failover", 4, 1)])["after-failover"].result(30)
+        wait_until(lambda: all(p.leader >= 0 for p in metadata(survivor.bootstrap)
+                               .topics["after-failover"].partitions.values()),
+                   30, "leaders of a topic created after the failover")
+        time.sleep(2)  # the killed supervisor's workers notice and let go of their ports
+        victim.start(timeout_s=60)
+        wait_until(lambda: len(metadata(survivor.bootstrap).brokers) == 6, 30,
+                   "the restarted appliance's nodes")
+    finally:
+        zk.stop()
+
+
+def test_a_paused_appliance_reregisters_after_its_session_expired(fleet, ensemble):
+    import os
+    import signal
+    paused = fleet[1]
+    os.kill(paused.process.pid, signal.SIGSTOP)
+    try:
+        wait_until(lambda: {b for b in metadata(fleet[0].bootstrap).brokers}.isdisjoint(
+            {200, 201}), SESSION_MS / 1000 + 10, "the paused appliance's nodes to expire")
+    finally:
+        os.kill(paused.process.pid, signal.SIGCONT)
+    wait_until(lambda: len(metadata(fleet[0].bootstrap).brokers) == 6, 30,
+               "re-registration on a new session, without a restart")
+    assert paused.process.poll() is None
+
+
+def test_a_log_dir_of_another_cluster_refuses_to_start(fleet, tmp_path):
+    from appliance.identity import DiskIdentity
+    stranger = Appliance(tmp_path / "stranger", log_dirs=1, settings={
+        "broker.id": "9", "zookeeper.connect": fleet[0].config.read_text().split(
+            "zookeeper.connect=")[1].split("\n")[0]})
+    stranger.log_dirs[0].mkdir(parents=True)
+    (stranger.log_dirs[0] / "meta.properties").write_text(
+        DiskIdentity("another-cluster", 900).to_properties())
+    fleet_id = metadata(fleet[0].bootstrap).cluster_id
+    with pytest.raises(RuntimeError) as raised:
+        stranger.start(timeout_s=30)
+    message = str(raised.value)
+    assert "exited with 1" in message
+    assert "another-cluster" in message and fleet_id in message  # both ids named
+
+
+def test_produce_and_fetch_go_on_without_a_zookeeper_quorum(fleet, ensemble):
+    admin = AdminClient({"bootstrap.servers": fleet[0].bootstrap})
+    admin.create_topics([NewTopic("through-outage", 3, 1)])["through-outage"].result(30)
+    wait_until(lambda: all(p.leader >= 0 for p in metadata(fleet[0].bootstrap)
+                           .topics["through-outage"].partitions.values()), 30, "leaders")
+    ensemble.stop(0)
+    ensemble.stop(1)  # two of three: no quorum
+    try:
+        producer = Producer({"bootstrap.servers": fleet[0].bootstrap,
+                             "enable.idempotence": True})
+        for i in range(300):
+            producer.produce("through-outage", f"{i}".encode(), partition=i % 3)
+        assert producer.flush(30) == 0
+        refused = admin.create_topics([NewTopic("during-outage", 1, 1)],
+                                      request_timeout=40)["during-outage"]
+        with pytest.raises(Exception) as raised:
+            refused.result(60)
+        assert "ZooKeeper" in str(raised.value)
+        consumer = Consumer({"bootstrap.servers": fleet[1].bootstrap,
+                             "group.id": "through-outage-reader", "auto.offset.reset": "earliest",
+                             "enable.auto.commit": False})
+        from confluent_kafka import TopicPartition
+        consumer.assign([TopicPartition("through-outage", p, 0) for p in range(3)])
+        values = set()
+        deadline = time.monotonic() + 30
+        while len(values) < 300 and time.monotonic() < deadline:
+            for message in consumer.consume(300, timeout=1):
+                if not message.error():
+                    values.add(int(message.value()))
+        consumer.close()
+        assert values == set(range(300))
+    finally:
+        ensemble.start(0)
+        ensemble.start(1)
+    wait_until(lambda: admin.create_topics([NewTopic("after-outage", 1, 1)])["after-outage"]
+               .exception(30) is None, 60, "topic creation once the quorum is back")
