@@ -91,7 +91,10 @@ def run(args) -> int:
         bootstrap = f"127.0.0.1:{FIRST_PORT}"
         _wait_for_fleet(bootstrap, 6)
         console.rule("[bold]a fleet of three appliances (two workers each) and ZooKeeper")
-        console.print(_kcat(f"127.0.0.1:{FIRST_PORT + 5}", "-L").split("topics:")[0].rstrip())
+        listing = _kcat(f"127.0.0.1:{FIRST_PORT + 5}", "-L").splitlines()
+        console.print("\n".join(line for line in listing if "topics:" not in line
+                                 and not line.startswith("  topic ")
+                                 and not line.strip().startswith("partition ")))
         events = "".join(f"user{i % 3}:{{\"event\": \"click\", \"n\": {i}}}\n" for i in range(10))
         _kcat(bootstrap, "-P", "-t", "fleet-demo", "-K", ":", stdin=events)
         console.print("[green]published 10 events to 'fleet-demo' through appliance 1")
