@@ -15,12 +15,15 @@ Public API::
     # a restarted owner, on the numbers its predecessor published:
     log = PartitionLog.open(directory, config, now_ms=..., attach=numbers.attach_point())
 
-Modules: ``config`` (LogConfig), ``errors``, ``layout`` (file names, partition.state),
-``index`` (offset and time indexes), ``segment`` (one segment, the append path), ``lookup``,
-``recovery`` (validation scan, reports), ``repair``, ``log_loader``, ``policy`` (pure roll,
-retention and flush decisions), ``validation`` (checking an append), ``segment_list``,
-``log`` (PartitionLog), ``group_commit``, ``faults``, ``attach`` (opening on published
-numbers), ``readonly`` and ``reader`` (PartitionReader: reads by a process that is not the owner).
+Modules: ``config`` (LogConfig), ``errors``, ``layout`` (file names, partition.state,
+partition_dir), ``index`` (offset and time indexes), ``segment`` (one segment, the append
+path), ``lookup``, ``recovery_scan`` (finding a segment's valid end, reports),
+``segment_repair`` (recovery depths, index rebuilds, truncation), ``log_loader``, ``policy``
+(pure roll, retention and flush decisions), ``validation`` (checking an append),
+``segment_list``, ``log`` (PartitionLog), ``log_reads`` (its read methods), ``retention``,
+``group_commit``, ``faults``, ``attach`` (opening on published numbers), ``readable``
+(ReadableLog: what a Fetch reads, owned or not), ``read_only_segment`` and
+``non_owner_reader`` (PartitionReader: reads by a process that is not the owner).
 """
 
 from .attach import AttachPoint
