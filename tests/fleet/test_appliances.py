@@ -150,6 +150,18 @@ def controller_and_epoch(zk) -> tuple[int, int]:
     return orjson.loads(data)["brokerid"], int(zk.get("/controller_epoch")[0])
 
 
+def read_values(consumer, count: int, timeout_s: float) -> set[int]:
+    """The integer values a subscribed or assigned consumer reads (it is closed after)."""
+    values: set[int] = set()
+    deadline = time.monotonic() + timeout_s
+    while len(values) < count and time.monotonic() < deadline:
+        for message in consumer.consume(count, timeout=1):
+            if not message.error():
+                values.add(int(message.value()))
+    consumer.close()
+    return values
+
+
 def wait_until(predicate, timeout_s: float, what: str):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -185,14 +197,7 @@ def test_a_stopped_appliance_leaves_and_returns_with_its_data(fleet):
     consumer = Consumer({"bootstrap.servers": fleet[1].bootstrap, "group.id": "fleet-return",
                          "auto.offset.reset": "earliest"})
     consumer.subscribe(["fleet-return"])
-    values = set()
-    deadline = time.monotonic() + 60
-    while len(values) < 600 and time.monotonic() < deadline:
-        for message in consumer.consume(600, timeout=1):
-            if not message.error():
-                values.add(int(message.value()))
-    consumer.close()
-    assert values == set(range(600))
+    assert read_values(consumer, 600, 60) == set(range(600))
 
 
 def test_four_clients_in_one_group_across_the_fleet_survive_an_appliance_stop(fleet,
@@ -327,14 +332,7 @@ def test_produce_and_fetch_go_on_without_a_zookeeper_quorum(fleet, ensemble):
                              "enable.auto.commit": False})
         from confluent_kafka import TopicPartition
         consumer.assign([TopicPartition("through-outage", p, 0) for p in range(3)])
-        values = set()
-        deadline = time.monotonic() + 30
-        while len(values) < 300 and time.monotonic() < deadline:
-            for message in consumer.consume(300, timeout=1):
-                if not message.error():
-                    values.add(int(message.value()))
-        consumer.close()
-        assert values == set(range(300))
+        assert read_values(consumer, 300, 30) == set(range(300))
     finally:
         ensemble.start(0)
         ensemble.start(1)
