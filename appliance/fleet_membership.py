@@ -41,8 +41,11 @@ class FleetMembership:
         self._producer_ids = iter(())
 
     def start(self) -> None:
+        """Join the fleet, and take a block of producer ids at once: idempotent producers
+        can then start here even while ZooKeeper is unreachable later."""
         try:
             self.member.start()
+            self._producer_ids = iter(self.member.allocate_producer_ids())
         except ZooKeeperUnavailable as exc:
             raise FleetUnavailableError(f"zookeeper.connect: {exc}") from None
 

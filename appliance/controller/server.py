@@ -47,6 +47,8 @@ class ControlServer:
         controller.add_listener(self._broadcast_change)
         if isinstance(controller, FleetDecisions):
             controller.add_fleet_listener(self._broadcast_fleet)
+            # the fleet as already seen: every worker hears of it before its first catalog
+            self._fleet = self._fleet_message(controller.nodes, controller.controller_node_id)
 
     def attach(self, index: int, sock: socket.socket) -> WorkerChannel:
         """A (re)started worker's channel; it first receives the whole catalog (and, in
@@ -59,9 +61,13 @@ class ControlServer:
                       "topics": [topic_to_message(t) for t in self.controller.topics()]})
         return channel
 
+    @staticmethod
+    def _fleet_message(nodes: dict, controller_node_id: int) -> dict:
+        return {"op": "fleet", "controller_id": controller_node_id,
+                "nodes": [[n.node_id, n.host, n.port, n.rack] for n in nodes.values()]}
+
     def _broadcast_fleet(self, nodes: dict, controller_node_id: int) -> None:
-        self._fleet = {"op": "fleet", "controller_id": controller_node_id,
-                       "nodes": [[n.node_id, n.host, n.port, n.rack] for n in nodes.values()]}
+        self._fleet = self._fleet_message(nodes, controller_node_id)
         self.broadcast(self._fleet)
 
     def detach(self, index: int) -> None:

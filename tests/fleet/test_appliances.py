@@ -150,6 +150,13 @@ def controller_and_epoch(zk) -> tuple[int, int]:
     return orjson.loads(data)["brokerid"], int(zk.get("/controller_epoch")[0])
 
 
+def led(bootstrap: str, topic: str, partitions: int) -> bool:
+    """Whether Metadata from `bootstrap` shows every partition of `topic` with a leader."""
+    found = metadata(bootstrap).topics.get(topic)
+    return (found is not None and len(found.partitions) == partitions
+            and all(p.leader >= 0 for p in found.partitions.values()))
+
+
 def read_values(consumer, count: int, timeout_s: float) -> set[int]:
     """The integer values a subscribed or assigned consumer reads (it is closed after)."""
     values: set[int] = set()
@@ -175,9 +182,7 @@ def wait_until(predicate, timeout_s: float, what: str):
 def test_a_stopped_appliance_leaves_and_returns_with_its_data(fleet):
     admin = AdminClient({"bootstrap.servers": fleet[0].bootstrap})
     admin.create_topics([NewTopic("fleet-return", 6, 1)])["fleet-return"].result(30)
-    wait_until(lambda: all(p.leader >= 0 for p in
-                           metadata(fleet[0].bootstrap).topics["fleet-return"].partitions.values()),
-               30, "leaders of fleet-return")
+    wait_until(lambda: led(fleet[0].bootstrap, "fleet-return", 6), 30, "leaders of fleet-return")
     producer = Producer({"bootstrap.servers": fleet[0].bootstrap, "enable.idempotence": True})
     for i in range(600):
         producer.produce("fleet-return", f"{i}".encode(), partition=i % 6)
@@ -191,9 +196,8 @@ def test_a_stopped_appliance_leaves_and_returns_with_its_data(fleet):
     assert offline and all(p.replicas[0] // 100 == 3 for p in offline)
     leaving.start(timeout_s=60)
     wait_until(lambda: len(metadata(fleet[0].bootstrap).brokers) == 6, 30, "the nodes to return")
-    wait_until(lambda: all(p.leader >= 0 for p in
-                           metadata(fleet[0].bootstrap).topics["fleet-return"].partitions.values()),
-               30, "every partition to have a leader again")
+    wait_until(lambda: led(fleet[0].bootstrap, "fleet-return", 6), 30,
+               "every partition to have a leader again")
     consumer = Consumer({"bootstrap.servers": fleet[1].bootstrap, "group.id": "fleet-return",
                          "auto.offset.reset": "earliest"})
     consumer.subscribe(["fleet-return"])
@@ -208,9 +212,7 @@ def test_four_clients_in_one_group_across_the_fleet_survive_an_appliance_stop(fl
     topic, group, partitions = "fleet-mixed", "fleet-mixed", 12
     admin = AdminClient({"bootstrap.servers": fleet[0].bootstrap})
     admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
-    wait_until(lambda: all(p.leader >= 0 for p in
-                           metadata(fleet[0].bootstrap).topics[topic].partitions.values()),
-               30, "leaders")
+    wait_until(lambda: led(fleet[0].bootstrap, topic, partitions), 30, "leaders")
     producer = SteadyProducer(fleet[0].bootstrap, topic, rate_per_s=400)
     producer.start()
     members = [MemberProcess(client, fleet[i % 2].bootstrap, group, topic,
@@ -267,10 +269,11 @@ def test_controller_failover_after_kill_9_of_its_supervisor(fleet, ensemble):
         survivor = fleet[new - 1]
         admin = AdminClient({"bootstrap.servers": survivor.bootstrap})
         admin.create_topics([NewTopic("after-failover", 4, 1)])["after-failover"].result(30)
-        wait_until(lambda: all(p.leader >= 0 for p in metadata(survivor.bootstrap)
-                               .topics["after-failover"].partitions.values()),
-                   30, "leaders of a topic created after the failover")
-        time.sleep(2)  # the killed supervisor's workers notice and let go of their ports
+        wait_until(lambda: led(survivor.bootstrap, "after-failover", 4), 30,
+                   "leaders of a topic created after the failover")
+        # the killed supervisor's workers notice its end, stop, and let go of their ports
+        wait_until(lambda: not any(Appliance._accepts(victim.port + i) for i in range(2)),
+                   30, "the orphaned workers to stop")
         victim.start(timeout_s=60)
         wait_until(lambda: len(metadata(survivor.bootstrap).brokers) == 6, 30,
                    "the restarted appliance's nodes")
@@ -312,8 +315,7 @@ def test_a_log_dir_of_another_cluster_refuses_to_start(fleet, tmp_path):
 def test_produce_and_fetch_go_on_without_a_zookeeper_quorum(fleet, ensemble):
     admin = AdminClient({"bootstrap.servers": fleet[0].bootstrap})
     admin.create_topics([NewTopic("through-outage", 3, 1)])["through-outage"].result(30)
-    wait_until(lambda: all(p.leader >= 0 for p in metadata(fleet[0].bootstrap)
-                           .topics["through-outage"].partitions.values()), 30, "leaders")
+    wait_until(lambda: led(fleet[0].bootstrap, "through-outage", 3), 30, "leaders")
     ensemble.stop(0)
     ensemble.stop(1)  # two of three: no quorum
     try:
