@@ -38,8 +38,12 @@ lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
 
+# the compiled record codec must be the one in use (it is optional at install time), and the
+# codec and client tests run again on the pure-Python fallback, the reference
 test: deps venv lint
+	$(PY) -c "from klog.protocol import records_codec as c; assert c.IMPLEMENTATION == 'C', c.FALLBACK_REASON"
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+	KLOG_PURE_PYTHON=1 $(PY) -m pytest -q -p no:cacheprovider tests/protocol tests/client
 
 run: deps venv
 	$(PY) -m cli.main demo

@@ -2,6 +2,10 @@
 
 The paper's experiment on this machine, 200-byte messages, one client process:
 
+- first, both clients as a new user meets them (issue 14): klog's Producer at its defaults
+  (acks=all, idempotent, 16 KiB batches) and confluent-kafka's Producer at its defaults, one
+  ``send()`` / ``produce()`` per message, to a one-partition topic each, in the same run; this
+  row is printed first;
 - producer, one message per ``send()`` (the paper's "batch 1"), and ``send_batch`` of 50
   (the paper's batches of 50); baseline: confluent-kafka (librdkafka) producing the same
   messages to the same appliance, one ``produce()`` each. Both clients: acks=1, linger 5 ms,
@@ -85,10 +89,11 @@ def produce_batches(bootstrap: str, topic: str, count: int, size: int = 50, **op
         return count // size * size / (time.perf_counter() - start)
 
 
-def produce_confluent(bootstrap: str, topic: str, count: int) -> float:
+def produce_confluent(bootstrap: str, topic: str, count: int, config=CONFLUENT) -> float:
+    """librdkafka producing ``count`` messages, one produce() each (``config={}``: defaults)."""
     from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": bootstrap, **CONFLUENT})
+    producer = Producer({"bootstrap.servers": bootstrap, **config})
     producer.produce(topic, VALUE)
     producer.flush(30)
     start = time.perf_counter()
@@ -199,7 +204,13 @@ def main() -> None:
             with klog.Admin(appliance.bootstrap) as admin:
                 for name in ("one", "batch", "defaults", "confluent", "consume"):
                     admin.create_topic(name, 2)
+                for name in ("both-defaults-klog", "both-defaults-confluent"):
+                    admin.create_topic(name, 1)
             bs = appliance.bootstrap
+            theirs = produce_confluent(bs, "both-defaults-confluent", produce_count // 2, {})
+            ours = produce_one_at_a_time(bs, "both-defaults-klog", produce_count // 2)
+            rows.append(("produce, both at defaults, 1 per call, 1 partition", ours, theirs,
+                         None))
             pid = appliance.process.pid
             cpu0 = cpu_seconds(pid)
             theirs = produce_confluent(bs, "confluent", produce_count)

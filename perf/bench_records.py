@@ -1,7 +1,10 @@
 """Records per second of klog's record batch encoder and decoder, next to kafka-python's.
 
-Every run measures klog (``build_batch``, ``BatchBuilder.append``, ``decode_batches``) and,
-on the same records in the same process, the baseline: kafka-python 3's pure-Python
+Every run measures klog (``build_batch``, ``BatchBuilder.append``, ``decode_batches``,
+``decode_into_columns``) with
+the codec ``klog.protocol.records_codec`` selected (the compiled one unless it is not built or
+``KLOG_PURE_PYTHON=1``) and with the pure-Python reference forced, and, on the same records in
+the same process, the baseline: kafka-python 3's pure-Python
 ``DefaultRecordBatchBuilder`` and ``MemoryRecords``; aiokafka's Cython builder and reader are
 shown too, as the ceiling a C extension reaches. Records: 200-byte values, 16-byte keys on
 half of them, no headers; batches of 50 and 1000 records, uncompressed and lz4 (every codec
@@ -16,8 +19,12 @@ from __future__ import annotations
 import argparse
 import random
 import time
+from contextlib import contextmanager
 
+from klog.protocol import records as records_api
+from klog.protocol import records_codec, records_columns, records_decode, records_encode
 from klog.protocol.records import BatchBuilder, build_batch, decode_batches
+from klog.protocol.records_columns import RecordColumns, decode_into_columns
 
 try:
     import kafka.codec
@@ -64,6 +71,44 @@ def best_rate(fn, records_per_call: int, budget_s: float) -> float:
             fn()
         best = min(best, (time.perf_counter() - start) / calls)
     return records_per_call / best / 1e6
+
+
+@contextmanager
+def pure_codec():
+    """klog.protocol.records with the pure-Python codec, whatever the selector chose."""
+    chosen = {name: getattr(records_api, name)
+              for name in ("encode_all", "encode_one", "decode_records")}
+    records_api.encode_all = records_encode.encode_all
+    records_api.encode_one = records_encode.encode_one
+    records_api.decode_records = records_decode.decode_records
+    records_columns.compiled_columns = None
+    try:
+        yield
+    finally:
+        for name, function in chosen.items():
+            setattr(records_api, name, function)
+        records_columns.compiled_columns = records_codec.compiled_columns
+
+
+def klog_rows(records, codec, count, budget, label):
+    data = build_batch(records, codec=codec)
+    return [
+        (
+            f"klog build_batch {label}",
+            best_rate(lambda r=records, c=codec: build_batch(r, codec=c), count, budget),
+            best_rate(lambda d=data: klog_decode(d), count, budget),
+        ),
+        (
+            f"klog BatchBuilder {label}",
+            best_rate(lambda r=records, c=codec: klog_append(r, c), count, budget),
+            None,
+        ),
+        (
+            f"klog into columns {label}",
+            None,
+            best_rate(lambda d=data: decode_into_columns(d, RecordColumns()), count, budget),
+        ),
+    ]
 
 
 def klog_append(records, codec):
@@ -118,24 +163,17 @@ def main() -> None:
     args = parser.parse_args()
     budget = 0.2 if args.quick else 1.0
     print("M records/s, one core; encode = whole batch built, decode = every record read")
-    print(f"{'batch':>5} {'codec':>6}  {'who':<22} {'encode':>7} {'decode':>7}")
+    chosen = records_codec.IMPLEMENTATION
+    print(f"klog's selected codec: {chosen} {records_codec.FALLBACK_REASON}")
+    print(f"{'batch':>5} {'codec':>6}  {'who':<26} {'encode':>7} {'decode':>7}")
     for count in (50, 1000):
         records = make_records(count, seed=count)
         for name in list(CODECS) if args.all else ["none", "lz4"]:
             codec = CODECS[name]
-            data = build_batch(records, codec=codec)
-            rows = [
-                (
-                    "klog build_batch",
-                    best_rate(lambda r=records, c=codec: build_batch(r, codec=c), count, budget),
-                    best_rate(lambda d=data: klog_decode(d), count, budget),
-                ),
-                (
-                    "klog BatchBuilder",
-                    best_rate(lambda r=records, c=codec: klog_append(r, c), count, budget),
-                    None,
-                ),
-            ]
+            rows = klog_rows(records, codec, count, budget, f"({chosen})")
+            if chosen != "python":
+                with pure_codec():
+                    rows += klog_rows(records, codec, count, budget, "(python)")
             for who, builder_class, records_class in peers(codec):
                 theirs = peer_build(builder_class, records, codec)
                 encode = best_rate(
@@ -146,8 +184,9 @@ def main() -> None:
                 )
                 rows.append((who, encode, decode))
             for who, encode, decode in rows:
+                enc = f"{encode:7.2f}" if encode is not None else f"{'':>7}"
                 dec = f"{decode:7.2f}" if decode is not None else f"{'':>7}"
-                print(f"{count:>5} {name:>6}  {who:<22} {encode:7.2f} {dec}")
+                print(f"{count:>5} {name:>6}  {who:<26} {enc} {dec}")
 
 
 if __name__ == "__main__":

@@ -5,6 +5,9 @@ that follows it. The broker never calls it on the produce or fetch path (batches
 there); the client does, on every record, so both directions are written for CPython's speed:
 precomputed varint bytes, one ``bytes.join`` per record, no per-record objects but the
 result tuples, and a checked slow path taken only when the fast one meets something unusual.
+When the compiled codec is built, :mod:`klog.protocol.records_codec` puts it in front of
+both directions (one call per batch) and keeps the pure one as fallback and reference.
+Readers that want arrays rather than records use :mod:`klog.protocol.records_columns`.
 
 Record layout (varints are zig-zag, protobuf style)::
 
@@ -51,15 +54,14 @@ from klog.protocol.record_batch import (
     compute_crc,
     read_header,
 )
-from klog.protocol.records_decode import Record, decode_records
+from klog.protocol.records_codec import decode_records, encode_all, encode_one
+from klog.protocol.records_decode import Record
 from klog.protocol.records_encode import (
     CREATE_TIME,
     LOG_APPEND_TIME,
     NO_TIMESTAMP,
     assemble,
     batch_attributes,
-    encode_all,
-    encode_one,
     encode_varint,
     to_timestamp,
 )
@@ -79,6 +81,9 @@ __all__ = [
     "decode_batches",
     "encode_varint",
     "first_offset_at_or_after",
+    "in_batch",
+    "records_section",
+    "whole_batches",
 ]
 
 CONTROL_ABORT, CONTROL_COMMIT = 0, 1
@@ -268,6 +273,31 @@ def _records_of(
     record_type: type = Record,
 ) -> list[Record]:
     """Decode the records of the (already checked) batch at ``pos``."""
+    data, start, end = records_section(buf, pos, header, max_decompressed_bytes)
+    try:
+        records = decode_records(data, start, end, header.records_count, header.base_offset,
+                                 header.base_timestamp, record_type)
+    except CorruptBatchError as exc:
+        raise in_batch(exc, pos, header) from exc
+    if header.attributes & TIMESTAMP_TYPE_BIT:
+        new = tuple.__new__
+        max_ts = header.max_timestamp
+        records = [new(record_type, (r[0], max_ts, r[2], r[3], r[4])) for r in records]
+    return records
+
+
+def in_batch(exc: CorruptBatchError, pos: int, header: BatchHeader) -> CorruptBatchError:
+    """``exc`` (about a records section) said of the batch at ``pos``."""
+    return CorruptBatchError(f"batch at byte {pos} (offset {header.base_offset}): {exc}",
+                             position=pos)
+
+
+def records_section(
+    buf, pos: int, header: BatchHeader, max_decompressed_bytes: int | None = None
+) -> tuple[bytes, int, int]:
+    """``(data, start, end)``: the records section of the checked batch at ``pos`` (one from
+    :func:`whole_batches`), decompressed, is ``data[start:end]``, and ``data`` is bytes.
+    Raises CorruptBatchError when it does not decompress."""
     start = pos + HEADER_BYTES
     end = pos + header.size
     codec = header.attributes & CODEC_MASK
@@ -288,20 +318,7 @@ def _records_of(
         with memoryview(buf) as view:
             data = bytes(view[start:end])
         start, end = 0, end - start
-    count = header.records_count
-    base_offset = header.base_offset
-    base_ts = header.base_timestamp
-    try:
-        records = decode_records(data, start, end, count, base_offset, base_ts, record_type)
-    except CorruptBatchError as exc:
-        raise CorruptBatchError(
-            f"batch at byte {pos} (offset {header.base_offset}): {exc}", position=pos
-        ) from exc
-    if header.attributes & TIMESTAMP_TYPE_BIT:
-        new = tuple.__new__
-        max_ts = header.max_timestamp
-        records = [new(record_type, (r[0], max_ts, r[2], r[3], r[4])) for r in records]
-    return records
+    return data, start, end
 
 
 def _checked_header(buf, pos: int, available: int, verify_crc: bool) -> BatchHeader:
@@ -343,6 +360,15 @@ def decode_batches(
     as, so a client's own record class costs no conversion.
     Raises CorruptBatchError at the first whole batch that fails a check.
     """
+    for pos, header in whole_batches(buf, verify_crc=verify_crc, skip_control=skip_control):
+        yield header, _records_of(buf, pos, header, max_decompressed_bytes, record_type)
+
+
+def whole_batches(
+    buf, *, verify_crc: bool = True, skip_control: bool = False
+) -> Iterator[tuple[int, BatchHeader]]:
+    """Yield ``(position, header)`` of the consecutive whole, checked batches of ``buf``;
+    a partial batch at the end ends the iteration (see :func:`decode_batches`)."""
     end = len(buf)
     pos = 0
     unpack_length = _BATCH_LENGTH.unpack_from
@@ -352,7 +378,7 @@ def decode_batches(
             return
         header = _checked_header(buf, pos, end - pos, verify_crc)
         if not (skip_control and header.attributes & CONTROL_BIT):
-            yield header, _records_of(buf, pos, header, max_decompressed_bytes, record_type)
+            yield pos, header
         pos += header.size
 
 
