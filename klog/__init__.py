@@ -37,6 +37,7 @@ from klog.errors import (
     UnsupportedVersionError,
 )
 from klog.producer import FutureRecordMetadata, FutureRecordMetadataList, Producer
+from klog.protocol.records_columns import RecordColumns
 from klog.types import (
     ConsumerRecord,
     OffsetAndMetadata,
@@ -67,6 +68,7 @@ __all__ = [
     "OutOfOrderSequenceNumberError",
     "PartitionInfo",
     "Producer",
+    "RecordColumns",
     "RecordMetadata",
     "RequestTimedOutError",
     "TopicAlreadyExistsError",

@@ -35,11 +35,13 @@ from klog.consumer.base import (
     as_offsets_and_timestamps,
     check_timestamps,
 )
+from klog.consumer.consumer_machine import ConsumerProtocol
 from klog.consumer.cursor import Cursor
 from klog.consumer.group import Assign, CommitDone, Revoke
 from klog.consumer.heartbeat_thread import POLL_TIMEOUT, HeartbeatThread
 from klog.errors import KafkaTimeoutError, KlogError
 from klog.outgoing import deliver
+from klog.protocol.records_columns import RecordColumns
 from klog.types import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 from klog.wire import Network
 
@@ -152,8 +154,20 @@ class Consumer(ConsumerBase):
         and commit callbacks, and auto-commits; poll at least every ``max_poll_interval_ms``
         or the member leaves the group (its partitions go to others; it rejoins, and
         ``on_lost`` runs, at the next poll). Iteration counts as polling."""
-        self._check_open()
         limit = max_records or self.config.max_poll_records
+        return self._poll_for(lambda core: core.take_records(limit), timeout_ms)
+
+    def poll_columns(self, timeout_ms: int = 0) -> dict[TopicPartition, RecordColumns]:
+        """As :meth:`poll`, but the records come as columns, one `RecordColumns` per
+        partition (Arrow-ready buffers, no Python object per record; see
+        `klog.protocol.records_columns`), with every buffered fetch in it: no
+        ``max_records`` limit and no deserializers (keys and values are the raw bytes).
+        For readers that build arrays (the PySpark source); errors as :meth:`poll`'s."""
+        return self._poll_for(lambda core: core.take_columns(), timeout_ms)
+
+    def _poll_for(self, take: Callable[[ConsumerProtocol], dict], timeout_ms: int) -> dict:
+        """Drive the network until ``take(core)`` gives something or ``timeout_ms`` passed."""
+        self._check_open()
         deadline = time.monotonic() + timeout_ms / 1000
         self._finish_cursor()
         self._polled(_now_ms())
@@ -161,10 +175,10 @@ class Consumer(ConsumerBase):
         pumped = False
         while True:
             self._run_events()
-            records = core.take_records(limit)
-            if records:
+            taken = take(core)
+            if taken:
                 self._pump(0)  # pipelining: the next fetch goes out before we return
-                return records
+                return taken
             core.raise_pending()
             remaining = deadline - time.monotonic()
             if remaining <= 0 and pumped:

@@ -4,8 +4,9 @@ answers in, records out. Sans-IO: no sockets, no threads, no clock (``now_ms`` i
 Both I/O flavours drive the same object: :meth:`poll` returns the requests to send now
 (Metadata, ListOffsets for resets and lookups, at most one live Fetch per node),
 :meth:`on_response` / :meth:`on_failure` take the answers, :meth:`take_chunk` /
-:meth:`take_records` hand out records (decoding on demand), and :meth:`raise_pending` raises
-an error an answer left for the application. It composes the pieces: `Assignment`
+:meth:`take_records` hand out records (decoding on demand; :meth:`take_columns` hands them
+out as columns), and :meth:`raise_pending` raises an error an answer left for the
+application. It composes the pieces: `Assignment`
 (positions), `Lookups` (ListOffsets), `Fetcher` (the data path), `ClusterMetadata`.
 
 With a ``group_id`` it also drives a `GroupProtocol` (coordinator, membership, commits):
@@ -25,6 +26,7 @@ from klog.errors import KlogError, NoOffsetForPartitionError
 from klog.metadata import NO_LEADER, ClusterMetadata
 from klog.outgoing import Outgoing
 from klog.protocol.apis import list_offsets, metadata
+from klog.protocol.records_columns import RecordColumns
 from klog.types import ConsumerRecord, TopicPartition
 
 __all__ = ["EARLIEST", "LATEST", "ConsumerProtocol"]
@@ -100,6 +102,10 @@ class ConsumerProtocol:
     def take_chunk(self) -> tuple[TopicPartition, list[ConsumerRecord]] | None:
         """The records of the oldest buffered fetch; see `Fetcher.take_chunk`."""
         return self._fetcher.take_chunk()
+
+    def take_columns(self) -> dict[TopicPartition, RecordColumns]:
+        """Every buffered fetch as columns per partition; see `Fetcher.take_columns`."""
+        return self._fetcher.take_columns()
 
     def take_records(self, max_records: int) -> dict[TopicPartition, list[ConsumerRecord]]:
         """Up to ``max_records`` records grouped by partition; see `Fetcher.take_records`."""

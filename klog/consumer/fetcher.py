@@ -12,15 +12,17 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
+from itertools import groupby
 
 from klog.config import ConsumerConfig
 from klog.consumer.positions import Assignment
-from klog.consumer.records import CompletedFetch, decode, next_fetch_offset
+from klog.consumer.records import CompletedFetch, decode, decode_columns, next_fetch_offset
 from klog.errors import KlogError, error_for
 from klog.metadata import NO_LEADER, ClusterMetadata, read_replica_for
 from klog.outgoing import Outgoing
 from klog.protocol.apis import fetch
 from klog.protocol.error_codes import ErrorCode
+from klog.protocol.records_columns import RecordColumns, append_records
 from klog.types import ConsumerRecord, TopicPartition
 
 FETCH_CHANNELS = ("fetch", "fetch-spare")
@@ -178,6 +180,30 @@ class Fetcher:
             self._last_next_offset = completed.next_offset
             return completed.tp, records
         return None
+
+    def take_columns(self) -> dict[TopicPartition, RecordColumns]:
+        """Every buffered fetch decoded into columns, one :class:`RecordColumns` per
+        partition (fetches of one partition appended in order), positions moved past them.
+        Raw keys and values: the deserializers are not applied."""
+        out: dict[TopicPartition, RecordColumns] = {}
+        states = self.assignment.states
+        while self._completed:
+            completed = self._completed.popleft()
+            state = states.get(completed.tp)
+            if state is None or state.generation != completed.generation:
+                continue
+            state.buffered -= 1
+            columns = out.get(completed.tp)
+            if columns is None:
+                columns = out[completed.tp] = RecordColumns()
+            if isinstance(completed, _Decoded):  # put back by take_records: not the hot path
+                for kind, records in groupby(completed.records, type):
+                    append_records(columns, list(records), kind.timestamp_type)
+            else:
+                decode_columns(completed, columns, check_crcs=self.config.check_crcs)
+            state.position = completed.next_offset
+            self._last_next_offset = completed.next_offset
+        return out
 
     def take_records(self, max_records: int) -> dict[TopicPartition, list[ConsumerRecord]]:
         """Up to ``max_records`` records grouped by partition (poll's answer). A chunk

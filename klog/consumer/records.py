@@ -6,7 +6,8 @@ Where the next fetch starts is read from the batch headers alone (:func:`next_fe
 without decoding a record. :func:`decode` turns the bytes into ConsumerRecords: the codec
 builds them directly as the partition's ConsumerRecord class (see `klog.types`; no
 per-record conversion), control batches are skipped, records before the fetch position (a
-batch fetched from its middle) dropped.
+batch fetched from its middle) dropped. :func:`decode_columns` does the same into columns
+(`klog.protocol.records_columns`), for readers that want arrays, not records.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from itertools import repeat
 
 from klog.protocol.record_batch import TIMESTAMP_TYPE_BIT, scan_batches
 from klog.protocol.records import decode_batches
+from klog.protocol.records_columns import RecordColumns, decode_into_columns
 from klog.types import ConsumerRecord, TopicPartition
 
 _new = tuple.__new__
@@ -65,6 +67,14 @@ def _decode(fetch: CompletedFetch, check_crcs: bool, key_deserializer, value_des
     if key_deserializer is not None or value_deserializer is not None:
         out = [_deserialized(r, key_deserializer, value_deserializer) for r in out]
     return out
+
+
+def decode_columns(fetch: CompletedFetch, columns: RecordColumns, *,
+                   check_crcs: bool = True) -> int:
+    """Append the records of ``fetch`` at or after its fetch offset to ``columns`` (no
+    Python object per record); returns how many. Raises CorruptBatchError."""
+    return decode_into_columns(fetch.data, columns, verify_crc=check_crcs,
+                               from_offset=fetch.fetch_offset)
 
 
 def _deserialized(record: ConsumerRecord, key_deserializer, value_deserializer):

@@ -7,6 +7,7 @@ reader wraps them without a copy (``pyarrow.Array.from_buffers``): ``offsets`` a
 offsets starting with 0, the bytes, and a validity byte per record, 1 = not null, that
 ``numpy.packbits(..., bitorder="little")`` turns into Arrow's bitmap). Headers, rare in log
 pipelines, stay Python lists: ``headers[i]`` is None for a record without any.
+``timestamp_types`` has a byte per record, 0 CreateTime or 1 LogAppendTime, filled per batch.
 
 The compiled codec appends a whole batch in one call; the pure path decodes records with the
 reference decoder and appends them, and is what the compiled one is tested against. Integers
@@ -35,7 +36,7 @@ class RecordColumns:
     """Columns of decoded records; see the module docstring for the layouts."""
 
     __slots__ = ("offsets", "timestamps", "key_offsets", "keys", "key_valid",
-                 "value_offsets", "values", "value_valid", "headers")
+                 "value_offsets", "values", "value_valid", "headers", "timestamp_types")
 
     def __init__(self):
         self.offsets = bytearray()
@@ -47,6 +48,7 @@ class RecordColumns:
         self.values = bytearray()
         self.value_valid = bytearray()
         self.headers: list[list[tuple[str, bytes | None]] | None] = []
+        self.timestamp_types = bytearray()  # not the compiled decoder's: filled per batch
 
     def __len__(self) -> int:
         return len(self.headers)
@@ -74,8 +76,10 @@ def _cell(data: bytearray, offsets: bytearray, valid: bytearray, i: int) -> byte
     return bytes(data[start:end])
 
 
-def append_records(columns: RecordColumns, records: list[Record]) -> None:
+def append_records(columns: RecordColumns, records: list[Record],
+                   timestamp_type: int = 0) -> None:
     """The pure path: append decoded records (the reference the compiled decoder matches)."""
+    columns.timestamp_types += bytes([timestamp_type]) * len(records)
     columns.offsets += array("q", [r.offset for r in records]).tobytes()
     columns.timestamps += array("q", [r.timestamp for r in records]).tobytes()
     for field, data, ends, valid in ((2, columns.keys, columns.key_offsets, columns.key_valid),
@@ -95,34 +99,47 @@ def append_records(columns: RecordColumns, records: list[Record]) -> None:
 
 
 def _append_section(columns: RecordColumns, data: bytes, start: int, end: int, count: int,
-                    base_offset: int, base_ts: int) -> None:
-    if compiled_columns is not None and compiled_columns(
-        data, start, end, count, base_offset, base_ts, *columns.buffers()
-    ):
-        return
-    append_records(columns, decode_records(data, start, end, count, base_offset, base_ts))
+                    base_offset: int, base_ts: int, timestamp_type: int) -> None:
+    if compiled_columns is not None:
+        first = len(columns)
+        if compiled_columns(data, start, end, count, base_offset, base_ts, *columns.buffers()):
+            columns.timestamp_types += bytes([timestamp_type]) * (len(columns) - first)
+            return
+    append_records(columns, decode_records(data, start, end, count, base_offset, base_ts),
+                   timestamp_type)
 
 
 def decode_into_columns(
     buf, columns: RecordColumns, *, verify_crc: bool = True, skip_control: bool = True,
-    max_decompressed_bytes: int | None = None,
+    max_decompressed_bytes: int | None = None, from_offset: int = -1,
 ) -> int:
     """Append the records of the whole batches of ``buf`` to ``columns``; return how many.
 
     As :func:`~klog.protocol.records.decode_batches`, but control batches are skipped by
-    default (a reader of data wants none) and LogAppendTime batches give every record the
-    batch's max_timestamp. Raises CorruptBatchError at the first bad batch.
+    default (a reader of data wants none), LogAppendTime batches give every record the
+    batch's max_timestamp, and records below ``from_offset`` are left out (a fetch from the
+    middle of a batch: that one batch takes the pure path, record by record; the others are
+    appended whole). Raises CorruptBatchError at the first bad batch.
     """
     before = len(columns)
     for pos, header in whole_batches(buf, verify_crc=verify_crc, skip_control=skip_control):
+        if header.last_offset < from_offset:
+            continue
         data, start, end = records_section(buf, pos, header, max_decompressed_bytes)
         first = len(columns)
+        timestamp_type = 1 if header.attributes & TIMESTAMP_TYPE_BIT else 0
         try:
-            _append_section(columns, data, start, end, header.records_count,
-                            header.base_offset, header.base_timestamp)
+            if header.base_offset < from_offset:
+                records = decode_records(data, start, end, header.records_count,
+                                         header.base_offset, header.base_timestamp)
+                append_records(columns, [r for r in records if r.offset >= from_offset],
+                               timestamp_type)
+            else:
+                _append_section(columns, data, start, end, header.records_count,
+                                header.base_offset, header.base_timestamp, timestamp_type)
         except CorruptBatchError as exc:
             raise in_batch(exc, pos, header) from exc
-        if header.attributes & TIMESTAMP_TYPE_BIT:
+        if timestamp_type:
             count = len(columns) - first
             columns.timestamps[8 * first :] = array("q", [header.max_timestamp] * count).tobytes()
     return len(columns) - before
