@@ -5,6 +5,8 @@ reach it through `appliance.controller.server` and hold only its client.
 
 from __future__ import annotations
 
+import dataclasses
+
 from appliance.controller.catalog import Catalog, ProducerIdBlocks
 from appliance.controller.interface import TopicListener
 from appliance.controller.placement import place_partitions
@@ -13,6 +15,7 @@ from appliance.controller.topics import (
     TopicInfo,
     TopicResult,
     check_new_topic,
+    check_partition_increase,
 )
 from appliance.segments.config import LogConfig
 from klog.protocol.error_codes import ErrorCode
@@ -68,6 +71,20 @@ class ApplianceController:
         self.catalog.put(info)
         for listener in self._listeners:
             listener(name, info)
+        return TopicResult(name)
+
+    def create_partitions(self, name: str, count: int, *,
+                          validate_only: bool = False) -> TopicResult:
+        info = self.catalog.get(name)
+        refused = check_partition_increase(name, info, count)
+        if refused is not None or validate_only:
+            return refused or TopicResult(name)
+        added = place_partitions(count - info.partition_count,
+                                 self.catalog.load_by_worker(self.workers))
+        grown = dataclasses.replace(info, owners=info.owners + added)
+        self.catalog.put(grown)
+        for listener in self._listeners:
+            listener(name, grown)
         return TopicResult(name)
 
     def delete_topic(self, name: str) -> TopicResult:

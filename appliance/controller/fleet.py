@@ -117,6 +117,13 @@ class FleetDecisions:
         self.refresh()
         return result
 
+    def create_partitions(self, name: str, count: int, *,
+                          validate_only: bool = False) -> TopicResult:
+        result = self.fleet.create_partitions(name, self._topics.get(name), count,
+                                              validate_only=validate_only)
+        self.refresh()
+        return result
+
     def allocate_producer_id(self) -> int:
         return self.fleet.allocate_producer_id()
 
