@@ -14,6 +14,7 @@ from appliance.controller.topics import (
     INTERNAL_PREFIX,
     TopicInfo,
     TopicResult,
+    check_changeable,
     check_new_topic,
     check_partition_increase,
 )
@@ -88,13 +89,9 @@ class ApplianceController:
         return TopicResult(name)
 
     def delete_topic(self, name: str) -> TopicResult:
-        info = self.catalog.get(name)
-        if info is None:
-            return TopicResult(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                               f"topic {name!r} does not exist")
-        if info.internal:
-            return TopicResult(name, ErrorCode.INVALID_TOPIC_EXCEPTION,
-                               f"{name!r} is an internal topic and cannot be deleted")
+        refused = check_changeable(name, self.catalog.get(name), "it cannot be deleted")
+        if refused is not None:
+            return refused
         self.catalog.remove(name)
         for listener in self._listeners:
             listener(name, None)
