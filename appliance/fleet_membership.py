@@ -16,8 +16,10 @@ from appliance.controller.fleet import FleetTopic, FleetView
 from appliance.controller.topics import (
     FleetNode,
     PartitionLeadership,
+    TopicInfo,
     TopicResult,
     check_new_topic,
+    check_partition_increase,
 )
 from appliance.identity import node_id_for
 from cluster.member import ClusterMember
@@ -25,6 +27,8 @@ from cluster.session import CONNECTED, ZooKeeperUnavailable
 from klog.protocol.error_codes import ErrorCode
 
 log = logging.getLogger(__name__)
+
+RECONNECT_WAIT_S = 3.0  # an admin request waits this long for a suspended session to return
 
 
 class FleetUnavailableError(RuntimeError):
@@ -99,13 +103,28 @@ class FleetMembership:
         return TopicResult(name, result.error, result.message)
 
     def _unreachable(self, name: str) -> TopicResult | None:
-        """Fail at once while the session is not connected: the worker that asked waits for
-        this answer, and its clients' produce and fetch must not wait with it."""
-        if self.member.state == CONNECTED:
+        """Fail soon while the session is not connected: the worker that asked waits for
+        this answer, and its clients' produce and fetch must not wait with it. Soon, not at
+        once: losing one server of the ensemble only moves the session to another
+        (SUSPENDED for moments), which must not fail an admin request."""
+        if self.member.wait_connected(RECONNECT_WAIT_S):
             return None
         return TopicResult(name, ErrorCode.REQUEST_TIMED_OUT,
                            f"ZooKeeper is unreachable (session {self.member.state}); "
                            f"retry when it is back")
+
+    def create_partitions(self, name: str, info: TopicInfo | None, count: int, *,
+                          validate_only: bool) -> TopicResult:
+        """`info` is the topic as this appliance last saw it: a first check, before the
+        fleet's own (the assignment is re-read, and written only if unchanged meanwhile)."""
+        refused = check_partition_increase(name, info, count)
+        if refused is not None:
+            return refused
+        unreachable = self._unreachable(name)
+        if unreachable is not None:
+            return unreachable
+        result = self.member.create_partitions(name, count, validate_only=validate_only)
+        return TopicResult(name, result.error, result.message)
 
     def delete_topic(self, name: str) -> TopicResult:
         unreachable = self._unreachable(name)

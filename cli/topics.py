@@ -1,4 +1,4 @@
-"""`klog topics create|list|describe|delete` against a running broker (Kafka's kafka-topics)."""
+"""`klog topics create|alter|list|describe|delete` against a running broker (kafka-topics)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,11 @@ def add_arguments(parser) -> None:
     create.add_argument("--replication-factor", type=int, default=-1)
     create.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
     create.add_argument("--validate-only", action="store_true")
+    alter = actions.add_parser("alter", help="add partitions to a topic")
+    alter.add_argument("topic")
+    alter.add_argument("--partitions", type=int, required=True,
+                       help="the new partition count (more than it has)")
+    alter.add_argument("--validate-only", action="store_true")
     actions.add_parser("list", help="list topics")
     describe = actions.add_parser("describe", help="partitions, leaders and configs of a topic")
     describe.add_argument("topic")
@@ -48,6 +53,13 @@ def _create(admin, args) -> int:
                        configs=_configs(args.config), validate_only=args.validate_only)
     verb = "would be created" if args.validate_only else "created"
     print(f"topic {args.topic} {verb}")
+    return 0
+
+
+def _alter(admin, args) -> int:
+    admin.create_partitions(args.topic, args.partitions, validate_only=args.validate_only)
+    verb = "would have" if args.validate_only else "now has"
+    print(f"topic {args.topic} {verb} {args.partitions} partitions")
     return 0
 
 
@@ -85,4 +97,5 @@ def _delete(admin, args) -> int:
     return 0
 
 
-ACTIONS = {"create": _create, "list": _list, "describe": _describe, "delete": _delete}
+ACTIONS = {"create": _create, "alter": _alter, "list": _list, "describe": _describe,
+           "delete": _delete}

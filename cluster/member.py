@@ -68,6 +68,7 @@ class ClusterMember:
         self._snapshot = FleetSnapshot()
         self._wake = threading.Event()
         self._changed = threading.Condition()
+        self._connected = threading.Event()
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name=f"klog-fleet-{broker_id}",
                                         daemon=True)
@@ -134,6 +135,11 @@ class ClusterMember:
         """Any thread (watches call it): run a pass soon."""
         self._wake.set()
 
+    def wait_connected(self, timeout_s: float) -> bool:
+        """Block until the session is connected (at once if it is): kazoo moves to another
+        server of the ensemble within moments when one goes away."""
+        return self.state == CONNECTED or self._connected.wait(timeout_s)
+
     def wait_for(self, predicate: Callable[[FleetSnapshot], bool], timeout_s: float) -> bool:
         """Block until a snapshot satisfies `predicate` (tests, topic creation)."""
         deadline = time.monotonic() + timeout_s
@@ -150,6 +156,10 @@ class ClusterMember:
         writes would fail anyway if it lost meanwhile); LOST ends its term: /controller went
         with the session, and the next pass runs for election again."""
         self.state = state
+        if state == CONNECTED:
+            self._connected.set()
+        else:
+            self._connected.clear()
         if state == LOST and self.election is not None:
             log.warning("ZooKeeper session lost: resigning as the fleet's controller")
             self.election = None
@@ -207,11 +217,9 @@ class ClusterMember:
                                f"ZooKeeper is unreachable, the topic was not created: {exc}")
         if name in snapshot.topics:
             return AdminResult(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
-        live = [LiveNode(node_id, registration.rack)
-                for node_id, registration in snapshot.brokers.items()]
         try:
-            replicas = place_replicas(range(partitions), replication_factor, live,
-                                      snapshot.load_by_node())
+            replicas = place_replicas(range(partitions), replication_factor,
+                                      _live_nodes(snapshot), snapshot.load_by_node())
         except PlacementError as exc:
             return AdminResult(ErrorCode.INVALID_REPLICATION_FACTOR, str(exc))
         if validate_only:
@@ -233,6 +241,52 @@ class ClusterMember:
         self.wait_for(lambda s: name in s.topics and
                       len(s.topics[name].states) == partitions, CREATE_WAIT_S)
         return AdminResult()
+
+    def create_partitions(self, name: str, count: int, *,
+                          validate_only: bool = False) -> AdminResult:
+        """Grow a topic to `count` partitions: the new ones are placed as a new topic's, with
+        the replication factor of its partition 0, and the assignment is written with a
+        conditional set, so a concurrent change is re-read, never overwritten. Waits
+        (bounded) until the controller has elected the new partitions' leaders."""
+        for _ in range(3):
+            try:
+                snapshot = read_fleet(self.session, self.wake)
+            except ZooKeeperUnavailable as exc:
+                return AdminResult(ErrorCode.REQUEST_TIMED_OUT,
+                                   f"ZooKeeper is unreachable, no partitions were added: {exc}")
+            topic = snapshot.topics.get(name)
+            if topic is None or name in snapshot.deleting:
+                return AdminResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                   f"topic {name!r} does not exist")
+            current = len(topic.replicas)
+            if count <= current:
+                return AdminResult(ErrorCode.INVALID_PARTITIONS,
+                                   f"topic {name!r} already has {current} partitions")
+            try:
+                added = place_replicas(range(current, count), len(topic.replicas[0]),
+                                       _live_nodes(snapshot), snapshot.load_by_node())
+            except PlacementError as exc:
+                return AdminResult(ErrorCode.INVALID_REPLICATION_FACTOR, str(exc))
+            if validate_only:
+                return AdminResult()
+            grown = znodes.TopicAssignment({**topic.replicas, **added})
+            try:
+                self.session.call("set", znodes.topic_path(name), grown.encode(),
+                                  version=topic.version)
+            except BadVersionError:
+                continue  # changed meanwhile: decide again on what it is now
+            except NoNodeError:
+                return AdminResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                   f"topic {name!r} was deleted meanwhile")
+            except ZooKeeperUnavailable as exc:
+                return AdminResult(ErrorCode.REQUEST_TIMED_OUT,
+                                   f"ZooKeeper is unreachable, no partitions were added: {exc}")
+            self.wake()
+            self.wait_for(lambda s: name in s.topics and len(s.topics[name].states) >= count,
+                          CREATE_WAIT_S)
+            return AdminResult()
+        return AdminResult(ErrorCode.REQUEST_TIMED_OUT,
+                           f"the assignment of {name!r} kept changing; retry")
 
     def delete_topic(self, name: str) -> AdminResult:
         if name not in self._snapshot.topics:
@@ -268,3 +322,8 @@ class ClusterMember:
                 return range(block.block_start, block.block_end + 1)
             except (NodeExistsError, BadVersionError):
                 continue  # another appliance took a block meanwhile
+
+
+def _live_nodes(snapshot: FleetSnapshot) -> list[LiveNode]:
+    return [LiveNode(node_id, registration.rack)
+            for node_id, registration in snapshot.brokers.items()]

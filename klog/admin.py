@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from klog.admin_groups import GroupDescription, GroupListing, describe_group
 from klog.errors import BrokerUnavailableError, KafkaError, error_for, raise_for
 from klog.protocol.apis import (
+    create_partitions,
     create_topics,
     delete_groups,
     delete_topics,
@@ -107,6 +108,16 @@ class Admin:
         answer = self._conn.call(create_topics, topics=[topic], timeout_ms=self._timeout_ms,
                                  validate_only=validate_only)
         for result in answer.topics:
+            raise_for(result.error_code, result.error_message, topic=result.name,
+                      broker=self._conn.address)
+
+    def create_partitions(self, name: str, count: int, *, validate_only: bool = False) -> None:
+        """Grow a topic to `count` partitions in all (Kafka's CreatePartitions); raises
+        KafkaError (INVALID_PARTITIONS when `count` is not above the current count, ...)."""
+        topic = create_partitions.CreatePartitionsTopic(name=name, count=count, assignments=None)
+        answer = self._conn.call(create_partitions, topics=[topic], timeout_ms=self._timeout_ms,
+                                 validate_only=validate_only)
+        for result in answer.results:
             raise_for(result.error_code, result.error_message, topic=result.name,
                       broker=self._conn.address)
 

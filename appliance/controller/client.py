@@ -65,6 +65,12 @@ class ControllerClient:
         reply = self._request({"op": "delete_topic", "name": name})
         return TopicResult(name, ErrorCode(reply["error"]), reply.get("message"))
 
+    def create_partitions(self, name: str, count: int, *,
+                          validate_only: bool = False) -> TopicResult:
+        reply = self._request({"op": "create_partitions", "name": name, "count": count,
+                               "validate_only": validate_only})
+        return TopicResult(name, ErrorCode(reply["error"]), reply.get("message"))
+
     def allocate_producer_id(self) -> int:
         return self._request({"op": "allocate_producer_id"})["producer_id"]
 

@@ -5,6 +5,8 @@ reach it through `appliance.controller.server` and hold only its client.
 
 from __future__ import annotations
 
+import dataclasses
+
 from appliance.controller.catalog import Catalog, ProducerIdBlocks
 from appliance.controller.interface import TopicListener
 from appliance.controller.placement import place_partitions
@@ -12,7 +14,9 @@ from appliance.controller.topics import (
     INTERNAL_PREFIX,
     TopicInfo,
     TopicResult,
+    check_changeable,
     check_new_topic,
+    check_partition_increase,
 )
 from appliance.segments.config import LogConfig
 from klog.protocol.error_codes import ErrorCode
@@ -70,14 +74,24 @@ class ApplianceController:
             listener(name, info)
         return TopicResult(name)
 
-    def delete_topic(self, name: str) -> TopicResult:
+    def create_partitions(self, name: str, count: int, *,
+                          validate_only: bool = False) -> TopicResult:
         info = self.catalog.get(name)
-        if info is None:
-            return TopicResult(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                               f"topic {name!r} does not exist")
-        if info.internal:
-            return TopicResult(name, ErrorCode.INVALID_TOPIC_EXCEPTION,
-                               f"{name!r} is an internal topic and cannot be deleted")
+        refused = check_partition_increase(name, info, count)
+        if refused is not None or validate_only:
+            return refused or TopicResult(name)
+        added = place_partitions(count - info.partition_count,
+                                 self.catalog.load_by_worker(self.workers))
+        grown = dataclasses.replace(info, owners=info.owners + added)
+        self.catalog.put(grown)
+        for listener in self._listeners:
+            listener(name, grown)
+        return TopicResult(name)
+
+    def delete_topic(self, name: str) -> TopicResult:
+        refused = check_changeable(name, self.catalog.get(name), "it cannot be deleted")
+        if refused is not None:
+            return refused
         self.catalog.remove(name)
         for listener in self._listeners:
             listener(name, None)

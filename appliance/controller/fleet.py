@@ -25,10 +25,10 @@ from appliance.controller.topics import (
     TopicInfo,
     TopicResult,
     appliance_rack,
+    check_changeable,
 )
 from appliance.identity import NODES_PER_APPLIANCE
 from appliance.segments.config import LogConfig
-from klog.protocol.error_codes import ErrorCode
 
 log = logging.getLogger(__name__)
 
@@ -110,10 +110,18 @@ class FleetDecisions:
 
     def delete_topic(self, name: str) -> TopicResult:
         info = self._topics.get(name)
-        if info is not None and info.internal:
-            return TopicResult(name, ErrorCode.INVALID_TOPIC_EXCEPTION,
-                               f"{name!r} is an internal topic and cannot be deleted")
+        if info is not None:  # an unknown one is the fleet's to refuse: it may be newer
+            refused = check_changeable(name, info, "it cannot be deleted")
+            if refused is not None:
+                return refused
         result = self.fleet.delete_topic(name)
+        self.refresh()
+        return result
+
+    def create_partitions(self, name: str, count: int, *,
+                          validate_only: bool = False) -> TopicResult:
+        result = self.fleet.create_partitions(name, self._topics.get(name), count,
+                                              validate_only=validate_only)
         self.refresh()
         return result
 

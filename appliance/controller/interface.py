@@ -43,6 +43,11 @@ class Controller(Protocol):
 
     def delete_topic(self, name: str) -> TopicResult: ...
 
+    def create_partitions(self, name: str, count: int, *,
+                          validate_only: bool = False) -> TopicResult:
+        """Raise the topic's partition count to `count` (the new total); the controller
+        places the new partitions as it places a new topic's."""
+
     def allocate_producer_id(self) -> int:
         """A producer id no other producer has; -1 when none can be had now (cluster mode,
         ZooKeeper unreachable): a retriable condition."""

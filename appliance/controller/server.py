@@ -105,6 +105,10 @@ class ControlServer:
         elif op == "delete_topic":
             result = self.controller.delete_topic(message["name"])
             reply = {"error": int(result.error), "message": result.message}
+        elif op == "create_partitions":
+            result = self.controller.create_partitions(
+                message["name"], message["count"], validate_only=message["validate_only"])
+            reply = {"error": int(result.error), "message": result.message}
         elif op == "allocate_producer_id":
             reply = {"producer_id": self.controller.allocate_producer_id()}
         else:

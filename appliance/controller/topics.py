@@ -174,3 +174,37 @@ def check_new_topic(name: str, partitions: int, configs: dict[str, str],
     except ValueError as exc:
         return TopicResult(name, ErrorCode.INVALID_CONFIG, str(exc))
     return None
+
+
+def check_changeable(name: str, info: TopicInfo | None, change: str) -> TopicResult | None:
+    """Refuse a change to a topic that does not exist, or to an internal one (the appliance
+    writes those itself; `change` says what was refused). None: acceptable."""
+    if info is None:
+        return TopicResult(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                           f"topic {name!r} does not exist")
+    if info.internal:
+        return TopicResult(name, ErrorCode.INVALID_TOPIC_EXCEPTION,
+                           f"{name!r} is an internal topic: {change}")
+    return None
+
+
+def check_partition_increase(name: str, info: TopicInfo | None, count: int) -> TopicResult | None:
+    """What any controller refuses before placing new partitions (Kafka's rules and
+    messages): an unknown or internal topic (its partition count is how groups find their
+    coordinator), a count that does not grow, or one past the limit. None: acceptable."""
+    refused = check_changeable(name, info, "its partition count cannot change")
+    if refused is not None:
+        return refused
+    current = info.partition_count
+    if count == current:
+        return TopicResult(name, ErrorCode.INVALID_PARTITIONS,
+                           f"topic {name!r} already has {current} partitions")
+    if count < current:
+        return TopicResult(name, ErrorCode.INVALID_PARTITIONS,
+                           f"topic {name!r} currently has {current} partitions, which is higher "
+                           f"than the requested {count}")
+    if count > MAX_PARTITIONS_PER_TOPIC:
+        return TopicResult(name, ErrorCode.INVALID_PARTITIONS,
+                           f"number of partitions must be at most {MAX_PARTITIONS_PER_TOPIC}, "
+                           f"got {count}")
+    return None

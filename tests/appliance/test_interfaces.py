@@ -46,8 +46,9 @@ def test_implementation_has_every_declared_member(implementation, protocol):
 
 
 def test_protocols_declare_what_they_promise():
-    assert {"create_topic", "delete_topic", "topic", "topics", "allocate_producer_id",
-            "add_listener", "add_reload_listener", "cluster_id"} <= _protocol_members(Controller)
+    assert {"create_topic", "delete_topic", "create_partitions", "topic", "topics",
+            "allocate_producer_id", "add_listener", "add_reload_listener",
+            "cluster_id"} <= _protocol_members(Controller)
     assert {"partitions", "controller", "absent_partition_error", "readable_log",
             "now_ms"} <= _protocol_members(HandlerContext)
     assert {"high_watermark", "log_start_offset", "read"} <= _protocol_members(ReadableLog)

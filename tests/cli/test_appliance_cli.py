@@ -58,10 +58,14 @@ def test_topics_create_list_describe_delete(appliance):
     assert missing.returncode == 1 and "UNKNOWN_TOPIC_OR_PARTITION" in missing.stderr
 
 
-def test_topic_configs_survive_a_restart(appliance):
+def test_topic_configs_and_added_partitions_survive_a_restart(appliance):
     bootstrap = ["--bootstrap-server", appliance.bootstrap]
-    assert klog("topics", *bootstrap, "create", "kept", "--partitions", "2", "--config",
+    assert klog("topics", *bootstrap, "create", "kept", "--partitions", "1", "--config",
                 "segment.bytes=1048576").returncode == 0
+    grown = klog("topics", *bootstrap, "alter", "kept", "--partitions", "2")
+    assert grown.returncode == 0 and "now has 2 partitions" in grown.stdout, grown.stderr
+    shrink = klog("topics", *bootstrap, "alter", "kept", "--partitions", "1")
+    assert shrink.returncode == 1 and "INVALID_PARTITIONS" in shrink.stderr
     appliance.stop()
     appliance.start()
     described = orjson.loads(klog("topics", *bootstrap, "describe", "kept", "--json").stdout)

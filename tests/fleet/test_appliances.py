@@ -134,6 +134,33 @@ def test_a_topic_created_through_any_node_spreads_and_keeps_key_order(fleet):
         assert values == sorted(values)  # per-key order kept
 
 
+def test_partitions_added_and_configs_read_through_any_node(fleet):
+    from confluent_kafka.admin import ConfigResource, NewPartitions
+    creator = AdminClient({"bootstrap.servers": fleet[0].bootstrap})
+    creator.create_topics([NewTopic("fleet-grow", 3, 1, config={"retention.ms": "7200000"})]
+                          )["fleet-grow"].result(30)
+    grower = AdminClient({"bootstrap.servers": f"127.0.0.1:{fleet[1].port + 1}"})
+    grower.create_partitions([NewPartitions("fleet-grow", 9)])["fleet-grow"].result(30)
+    wait_until(lambda: all(led(a.bootstrap, "fleet-grow", 9) for a in fleet), 30,
+               "all nine partitions led, as seen from every appliance")
+    topic = metadata(fleet[2].bootstrap).topics["fleet-grow"]
+    assert {p.leader // 100 for p in topic.partitions.values()} == {1, 2, 3}
+    with pytest.raises(Exception, match="INVALID_PARTITIONS"):
+        grower.create_partitions([NewPartitions("fleet-grow", 4)])["fleet-grow"].result(30)
+    for appliance in fleet:  # DescribeConfigs answers for the fleet's topics on every node
+        reader = AdminClient({"bootstrap.servers": appliance.bootstrap})
+        (future,) = reader.describe_configs([ConfigResource("topic", "fleet-grow")]).values()
+        assert future.result(30)["retention.ms"].value == "7200000"
+    producer = Producer({"bootstrap.servers": fleet[2].bootstrap, "enable.idempotence": True})
+    for i in range(90):
+        producer.produce("fleet-grow", f"{i}".encode(), partition=i % 9)
+    assert producer.flush(30) == 0
+    consumer = Consumer({"bootstrap.servers": fleet[0].bootstrap, "group.id": "fleet-grow",
+                         "auto.offset.reset": "earliest"})
+    consumer.subscribe(["fleet-grow"])
+    assert read_values(consumer, 90, 60) == set(range(90))
+
+
 def zk_client(ensemble):
     from kazoo.client import KazooClient
     client = KazooClient(hosts=f"{ensemble.connect}/klog-fleet")
@@ -281,19 +308,54 @@ def test_controller_failover_after_kill_9_of_its_supervisor(fleet, ensemble):
         zk.stop()
 
 
-def test_a_paused_appliance_reregisters_after_its_session_expired(fleet, ensemble):
+def test_a_paused_controller_cannot_write_and_reregisters_after_its_session_expired(
+        fleet, ensemble):
     import os
     import signal
-    paused = fleet[1]
-    os.kill(paused.process.pid, signal.SIGSTOP)
+    admin = AdminClient({"bootstrap.servers": fleet[0].bootstrap})
+    admin.create_topics([NewTopic("before-pause", 6, 1)])["before-pause"].result(30)
+    wait_until(lambda: led(fleet[0].bootstrap, "before-pause", 6), 30, "leaders")
+    zk = zk_client(ensemble)
     try:
-        wait_until(lambda: {b for b in metadata(fleet[0].bootstrap).brokers}.isdisjoint(
-            {200, 201}), SESSION_MS / 1000 + 10, "the paused appliance's nodes to expire")
+        controller, epoch = wait_until(lambda: (c := controller_and_epoch(zk))[0] > 0 and c,
+                                       30, "a controller")
+        assert any(state["controller_epoch"] == epoch for _, state, _ in partition_states(zk))
+        paused = fleet[controller - 1]
+        others = [a for a in fleet if a is not paused]
+        own_nodes = {controller * 100, controller * 100 + 1}
+        os.kill(paused.process.pid, signal.SIGSTOP)
+        try:
+            wait_until(lambda: set(metadata(others[0].bootstrap).brokers).isdisjoint(own_nodes),
+                       SESSION_MS / 1000 + 10, "the paused appliance's nodes to expire")
+            new, new_epoch = wait_until(
+                lambda: (c := controller_and_epoch(zk))[0] not in (-1, controller) and c,
+                20, "another controller")
+        finally:
+            resumed_ms = time.time() * 1000
+            os.kill(paused.process.pid, signal.SIGCONT)
+        assert new_epoch > epoch
+        wait_until(lambda: len(metadata(others[0].bootstrap).brokers) == 6, 30,
+                   "re-registration on a new session, without a restart")
+        assert paused.process.poll() is None
+        time.sleep(2)  # the resumed supervisor has run its passes with its stale election
+        assert controller_and_epoch(zk) == (new, new_epoch)
+        stale = [path for path, state, mtime in partition_states(zk)
+                 if state["controller_epoch"] == epoch and mtime > resumed_ms]
+        assert not stale, f"written by the deposed controller after it resumed: {stale}"
     finally:
-        os.kill(paused.process.pid, signal.SIGCONT)
-    wait_until(lambda: len(metadata(fleet[0].bootstrap).brokers) == 6, 30,
-               "re-registration on a new session, without a restart")
-    assert paused.process.poll() is None
+        zk.stop()
+
+
+def partition_states(zk):
+    """(path, state, mtime in ms) of every partition state znode of the fleet."""
+    import orjson
+    out = []
+    for topic in zk.get_children("/brokers/topics"):
+        for partition in zk.get_children(f"/brokers/topics/{topic}/partitions"):
+            path = f"/brokers/topics/{topic}/partitions/{partition}/state"
+            data, stat = zk.get(path)
+            out.append((path, orjson.loads(data), stat.mtime))
+    return out
 
 
 def test_a_log_dir_of_another_cluster_refuses_to_start(fleet, tmp_path):
@@ -316,7 +378,10 @@ def test_produce_and_fetch_go_on_without_a_zookeeper_quorum(fleet, ensemble):
     admin = AdminClient({"bootstrap.servers": fleet[0].bootstrap})
     admin.create_topics([NewTopic("through-outage", 3, 1)])["through-outage"].result(30)
     wait_until(lambda: led(fleet[0].bootstrap, "through-outage", 3), 30, "leaders")
-    ensemble.stop(0)
+    ensemble.stop(0)  # one of three: nothing changes
+    admin.create_topics([NewTopic("one-server-down", 2, 1)])["one-server-down"].result(30)
+    wait_until(lambda: led(fleet[2].bootstrap, "one-server-down", 2), 30,
+               "leaders while one ZooKeeper server is down")
     ensemble.stop(1)  # two of three: no quorum
     try:
         producer = Producer({"bootstrap.servers": fleet[0].bootstrap,

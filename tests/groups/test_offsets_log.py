@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 from klog.protocol.apis import (
+    create_partitions,
     delete_topics,
     find_coordinator,
     offset_commit,
@@ -72,7 +73,7 @@ def test_snapshots_bound_the_log_and_a_restart_reloads_the_latest_offsets(applia
     assert groups_loaded == 5 and records < 1500 * 4 / 2  # a snapshot, not the history
 
 
-def test_clients_cannot_write_or_delete_the_internal_topic(appliance):
+def test_clients_cannot_write_grow_or_delete_the_internal_topic(appliance):
     client = RawClient(appliance.port)
     client.call(find_coordinator, 2, key="someone", key_type=0)  # creates it
     batch = build_batch([(0, b"k", b"v", [])])
@@ -84,6 +85,11 @@ def test_clients_cannot_write_or_delete_the_internal_topic(appliance):
     assert error == ErrorCode.INVALID_TOPIC_EXCEPTION
     answer = client.call(delete_topics, 3, topic_names=["__consumer_offsets"], timeout_ms=1000)
     assert answer.responses[0].error_code == ErrorCode.INVALID_TOPIC_EXCEPTION
+    answer = client.call(create_partitions, 1, timeout_ms=1000, validate_only=False, topics=[
+        create_partitions.CreatePartitionsTopic(name="__consumer_offsets", count=64,
+                                                assignments=None)])
+    assert answer.results[0].error_code == ErrorCode.INVALID_TOPIC_EXCEPTION
+    assert "partition count" in answer.results[0].error_message
     client.close()
 
 

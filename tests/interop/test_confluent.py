@@ -110,3 +110,32 @@ def test_admin_create_describe_delete(appliance):
     while topic in admin.list_topics(timeout=10).topics and time.monotonic() < deadline:
         time.sleep(0.1)
     assert topic not in admin.list_topics(timeout=10).topics
+
+
+def test_admin_adds_partitions_that_then_take_messages(appliance):
+    from confluent_kafka.admin import NewPartitions
+    admin = AdminClient({"bootstrap.servers": appliance.bootstrap})
+    topic = "confluent-grow"
+    admin.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1)])[topic].result(10)
+    produce(appliance.bootstrap, topic, [(None, b"before")], partitioner="random")
+
+    dry = admin.create_partitions([NewPartitions(topic, 5)], validate_only=True)
+    dry[topic].result(10)
+    assert len(admin.list_topics(topic, timeout=10).topics[topic].partitions) == 2
+    admin.create_partitions([NewPartitions(topic, 5)])[topic].result(10)
+    assert len(admin.list_topics(topic, timeout=10).topics[topic].partitions) == 5
+    for count, reason in ((5, "already has 5"), (3, "higher than the requested 3")):
+        with pytest.raises(KafkaException, match=reason):
+            admin.create_partitions([NewPartitions(topic, count)])[topic].result(10)
+    with pytest.raises(KafkaException, match="UNKNOWN_TOPIC"):
+        admin.create_partitions([NewPartitions("no-such-topic", 3)])["no-such-topic"].result(10)
+
+    # the new partitions are real logs on their owners: written and read back
+    messages = [(None, f"p{p}".encode()) for p in range(2, 5)]
+    producer = Producer({"bootstrap.servers": appliance.bootstrap, "acks": "all"})
+    for p, (_, value) in zip(range(2, 5), messages):
+        producer.produce(topic, value, partition=p)
+    assert producer.flush(30) == 0
+    got = consume(appliance.bootstrap, [TopicPartition(topic, p, 0) for p in range(2, 5)], 3)
+    assert sorted((m.partition(), m.value()) for m in got) == [(2, b"p2"), (3, b"p3"),
+                                                               (4, b"p4")]

@@ -46,3 +46,16 @@ def test_kafka_python_codecs(appliance, codec):
     consumer.seek_to_beginning()
     assert [r.value for r in consumer] == [f"value-{i}".encode() for i in range(500)]
     consumer.close()
+
+
+def test_kafka_python_admin_adds_partitions(appliance):
+    from kafka.admin import KafkaAdminClient, NewPartitions
+    topic = "kafka-python-grow"
+    create_topic(appliance.bootstrap, topic, 1)
+    admin = KafkaAdminClient(bootstrap_servers=appliance.bootstrap)
+    try:
+        admin.create_partitions({topic: NewPartitions(total_count=3)})
+        described = admin.describe_topics([topic])
+        assert len(described[0]["partitions"]) == 3
+    finally:
+        admin.close()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from appliance.workers.handlers import (
     api_versions,
+    create_partitions,
     create_topics,
     delete_groups,
     delete_topics,
@@ -32,6 +33,7 @@ MODULES = (
     api_versions, metadata, produce, fetch, list_offsets, create_topics, delete_topics,
     init_producer_id, describe_configs, find_coordinator, join_group, sync_group, heartbeat,
     leave_group, offset_commit, offset_fetch, list_groups, describe_groups, delete_groups,
+    create_partitions,
 )
 
 HANDLERS = {module.API_KEY: module.handle for module in MODULES}

@@ -22,6 +22,7 @@ from typing import Any
 
 from klog.protocol.apis import (
     api_versions,
+    create_partitions,
     create_topics,
     delete_groups,
     delete_topics,
@@ -120,6 +121,7 @@ API_BY_KEY: dict[int, ApiSpec] = {
             _spec(init_producer_id, "InitProducerId", (0, 1), (0, 1)),
             _spec(describe_configs, "DescribeConfigs", (0, 3), (0, 3)),
             _spec(delete_groups, "DeleteGroups", (0, 1), (0, 1)),
+            _spec(create_partitions, "CreatePartitions", (0, 1), (0, 1)),
         ],
         key=lambda spec: spec.key,
     )
