@@ -17,7 +17,7 @@ Events: 200-byte JSON objects (5 million; 200 thousand with --quick), CreateTime
 spread over one past hour, 6 partitions on a two-worker appliance. Spark and its Python
 workers are warmed up on a small hour first. Figures only, no assertions.
 
-Run: .venv/bin/python perf/bench_pipeline.py [--quick]
+Run: .venv/bin/python perf/bench_pipeline.py [--quick] [--events N]
 """
 
 from __future__ import annotations
@@ -127,8 +127,10 @@ def load_json_file(spark, jsonl: Path, hour: Hour, warehouse: Path) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--events", type=int, help="events in the hour (default 5 million, "
+                        "200 thousand with --quick)")
     args = parser.parse_args()
-    count = 200_000 if args.quick else 5_000_000
+    count = args.events or (200_000 if args.quick else 5_000_000)
     hour = Hour(Hour.containing(int(time.time() * 1000)).index - 3)
     with tempfile.TemporaryDirectory() as tmp:
         tmp_path = Path(tmp)

@@ -6,7 +6,9 @@ Why not ``spark.read.format("klog")`` and DataFrame operations: the records woul
 the source's Python into the JVM, out to Python again to be parsed (``mapInArrow``) and back
 (Arrow to rows to Arrow, twice). On one hour of 5 million 200-byte events on ``local[2]``
 (perf/bench_pipeline.py, one run) that path did 104k records/s and this one 172k: here the
-records never leave the Python process that read them. What is shared with the data source
+records never leave the Python process that read them. Inside the task, reading is columnar
+(`pipeline.range_reader`, millions of records/s); parsing the JSON (`pipeline.events`) is
+most of the task's time. What is shared with the data source
 is everything but that detour: the ranges are planned by the same functions
 (`pipeline.planning`, so ``--min-partitions`` splits as ``minPartitions`` does) and read by
 the same `pipeline.range_reader.read_range` that ``KlogBatchReader.read`` runs. The hour also
