@@ -17,7 +17,8 @@ PUBLIC = [
     "KlogError", "MessageSizeTooLargeError", "NoOffsetForPartitionError",
     "NotLeaderOrFollowerError", "OffsetAndMetadata", "OffsetAndTimestamp",
     "OffsetOutOfRangeError",
-    "OutOfOrderSequenceNumberError", "PartitionInfo", "Producer", "RecordMetadata",
+    "OutOfOrderSequenceNumberError", "PartitionInfo", "Producer", "RecordColumns",
+    "RecordMetadata",
     "RequestTimedOutError", "TopicAlreadyExistsError", "TopicDescription", "TopicPartition",
     "UnknownTopicOrPartitionError", "UnsupportedVersionError",
 ]
