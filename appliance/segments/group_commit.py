@@ -12,14 +12,9 @@ From asyncio::
     await asyncio.wrap_future(committer.request(log, info.last_offset))
 
 ``wrap_future`` resolves the asyncio future on its loop thread-safely, so the committer needs
-no event loop of its own. The produce path, which asks once per acks=all request, uses
-:meth:`request_on_loop` instead: a callback run on the asking loop, and one
-``call_soon_threadsafe`` per loop per round for all the callbacks of that round (a
-``concurrent.futures.Future`` carries a Condition and ``wrap_future`` a wake-up of the loop
-each: measured, half of the broker's extra CPU per acks=all request, issue 14).
+no event loop of its own.
 
-Who may call what: :meth:`request`, :meth:`request_on_loop` and :meth:`statistics` from any
-thread; :meth:`close` once,
+Who may call what: :meth:`request` and :meth:`statistics` from any thread; :meth:`close` once,
 from the owner. The committer calls only :meth:`PartitionLog.flush_through` (thread-safe) and
 ``recovery_point`` on the logs it is given. A failed sync fails exactly the futures of that log
 in that round (with the StorageError); later requests try again.
@@ -27,15 +22,9 @@ in that round (with the StorageError); later requests try again.
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import threading
-from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any
-
-log = logging.getLogger("klog.segments")
 
 
 @dataclass
@@ -51,8 +40,7 @@ class GroupCommitter:
     """One per worker. Start it, hand its :meth:`request` futures to appenders, close it last."""
 
     def __init__(self, *, name: str = "klog-group-commit"):
-        # id(log) -> (log, offset, waiters): a waiter is a Future or a (loop, callback) pair
-        self._pending: dict[int, tuple[object, int, list]] = {}
+        self._pending: dict[int, tuple[object, int, list[Future]]] = {}  # id(log) -> ...
         self._cond = threading.Condition()
         self._closed = False
         self._stats = GroupCommitStatistics()
@@ -64,35 +52,23 @@ class GroupCommitter:
         ``log`` are durable, or failed with the StorageError that prevented it. Raises
         RuntimeError after :meth:`close`."""
         future: Future = Future()
-        if not self._wait(log, offset, future):
-            future.set_result(log.recovery_point)
-        return future
-
-    def request_on_loop(self, log, offset: int, loop,
-                        callback: Callable[[Any], None]) -> bool:
-        """As :meth:`request`, but ``callback(outcome)`` runs on the asyncio ``loop`` once
-        the offsets are durable (``outcome``: the recovery point, or the StorageError).
-        Returns False, and never calls back, when they already are. RuntimeError after
-        :meth:`close`."""
-        return self._wait(log, offset, (loop, callback))
-
-    def _wait(self, log, offset: int, waiter) -> bool:
         with self._cond:
             if self._closed:
                 raise RuntimeError("the group committer is closed")
             self._stats.requests += 1
             if offset < log.recovery_point:
                 self._stats.immediate += 1
-                return False
+                future.set_result(log.recovery_point)
+                return future
             entry = self._pending.get(id(log))
             if entry is None:
-                self._pending[id(log)] = (log, offset, [waiter])
+                self._pending[id(log)] = (log, offset, [future])
             else:
-                entry[2].append(waiter)
+                entry[2].append(future)
                 if offset > entry[1]:
                     self._pending[id(log)] = (log, offset, entry[2])
             self._cond.notify()
-        return True
+        return future
 
     def statistics(self) -> GroupCommitStatistics:
         with self._cond:
@@ -120,46 +96,20 @@ class GroupCommitter:
                     return
                 batch, self._pending = self._pending, {}
                 self._stats.rounds += 1
-            on_loops: dict[object, list] = {}
-            for log, offset, waiters in batch.values():
-                outcome = self._sync(log, offset)
-                for waiter in waiters:
-                    if isinstance(waiter, Future):
-                        _settle(waiter, outcome)
-                    else:
-                        loop, callback = waiter
-                        on_loops.setdefault(loop, []).append((callback, outcome))
-            for loop, calls in on_loops.items():
-                # a closed loop raises RuntimeError: its waiters went with it
-                with contextlib.suppress(RuntimeError):
-                    loop.call_soon_threadsafe(_call_all, calls)
+            for log, offset, futures in batch.values():
+                self._sync(log, offset, futures)
 
-    def _sync(self, log, offset: int):
-        """The new recovery point, or the exception that prevented it."""
+    def _sync(self, log, offset: int, futures: list[Future]) -> None:
         try:
             durable = log.flush_through(offset)
         except BaseException as exc:  # noqa: BLE001 - handed to the waiters, never lost
             with self._cond:
                 self._stats.syncs += 1
                 self._stats.failures += 1
-            return exc
+            for future in futures:
+                future.set_exception(exc)
+            return
         with self._cond:
             self._stats.syncs += 1
-        return durable
-
-
-def _settle(future: Future, outcome) -> None:
-    if isinstance(outcome, BaseException):
-        future.set_exception(outcome)
-    else:
-        future.set_result(outcome)
-
-
-def _call_all(calls: list) -> None:
-    """On the loop: every callback of one round, each on its own (one failing is logged and
-    does not keep the others from running)."""
-    for callback, outcome in calls:
-        try:
-            callback(outcome)
-        except Exception:
-            log.exception("a group commit callback failed")
+        for future in futures:
+            future.set_result(durable)

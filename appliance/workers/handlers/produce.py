@@ -9,7 +9,6 @@ fdatasync; acks=0 gets no response at all, as in Kafka. Idempotence checks happe
 from __future__ import annotations
 
 import asyncio
-from functools import partial
 
 from appliance.workers.connection import NO_RESPONSE
 from appliance.workers.handler_context import HandlerContext
@@ -90,32 +89,16 @@ def handle(worker: HandlerContext, request):
     return _after_sync(worker, to_sync, result)
 
 
-def _after_sync(worker, to_sync, result):
-    """The response once every appended partition is on disk (a failed sync fails its
-    partition): an asyncio future resolved by the group committer's callbacks, on this loop,
-    without a task, a ``concurrent.futures.Future`` or a wake-up of the loop per partition."""
-    loop = asyncio.get_running_loop()
-    answer = loop.create_future()
-    waiting = []
-    for topic, index, last_offset, response in to_sync:
+async def _after_sync(worker, to_sync, result):
+    """Wait until every appended partition is on disk; a failed sync fails its partition."""
+    futures = []
+    for topic, index, last_offset, _ in to_sync:
         owned = worker.partitions.get(topic, index)
-        waiting.append((owned.log, last_offset, response))
-    left = [0]
-
-    def synced(response, outcome) -> None:
+        futures.append(asyncio.wrap_future(worker.committer.request(owned.log, last_offset)))
+    outcomes = await asyncio.gather(*futures, return_exceptions=True)
+    for (_, _, _, response), outcome in zip(to_sync, outcomes):
         if isinstance(outcome, BaseException):
             response.error_code = int(ErrorCode.KAFKA_STORAGE_ERROR)
             response.error_message = f"fdatasync failed: {outcome}"
             response.base_offset = -1
-        left[0] -= 1
-        if left[0] == 0 and not answer.done():
-            answer.set_result(result)
-
-    for log, last_offset, response in waiting:
-        left[0] += 1
-        if not worker.committer.request_on_loop(log, last_offset, loop,
-                                                partial(synced, response)):
-            left[0] -= 1  # already durable
-    if left[0] == 0:
-        return result
-    return answer
+    return result
