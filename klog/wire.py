@@ -14,6 +14,7 @@ closed connection, a refused connect, ``request_timeout_ms`` without an answer).
 from __future__ import annotations
 
 import contextlib
+import logging
 import selectors
 import socket
 import time
@@ -29,6 +30,8 @@ from klog.protocol.exceptions import ProtocolError
 
 __all__ = ["BrokerConnection", "Network", "connect_any", "parse_bootstrap"]
 
+log = logging.getLogger(__name__)
+
 RECV_BYTES = 1 << 20
 MAX_FRAME_BYTES = 256 * 1024 * 1024  # a Fetch can carry fetch_max_bytes (50 MiB by default)
 
@@ -43,7 +46,9 @@ class BrokerConnection:
         try:
             self.sock = socket.create_connection((host, port), timeout=timeout_s)
         except OSError as exc:
+            log.warning("cannot connect to %s: %s", self.address, exc)
             raise BrokerUnavailableError(f"cannot connect to {self.address}: {exc}") from None
+        log.debug("connected to %s", self.address)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.codec = ClientConnection(client_id=client_id, max_frame_bytes=MAX_FRAME_BYTES)
         self.closed = False
@@ -219,6 +224,12 @@ class Network:
 
     def _fail_connection(self, conn: BrokerConnection, error: KlogError) -> None:
         conn.close()
+        lost = self._pending.get(conn, ())
+        if lost:
+            log.warning("connection to %s lost with %d request(s) in flight: %s", conn.address,
+                        len(lost), error)
+        else:
+            log.info("connection to %s closed: %s", conn.address, error)
         for _, request, _ in self._pending.pop(conn, ()):
             self._events.append((request, error))
         with contextlib.suppress(KeyError, ValueError):

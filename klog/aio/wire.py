@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
 import time
 from collections import deque
@@ -22,6 +23,8 @@ from klog.protocol.apis import api_versions
 from klog.protocol.client import NEED_DATA, ClientConnection
 from klog.protocol.exceptions import ProtocolError
 from klog.wire import MAX_FRAME_BYTES, RECV_BYTES, request_deadline
+
+log = logging.getLogger("klog.wire")
 
 Event = tuple[Outgoing, object]
 
@@ -45,7 +48,9 @@ class AIOBrokerConnection:
             reader, writer = await asyncio.wait_for(
                 asyncio.open_connection(host, port, limit=RECV_BYTES), timeout_s)
         except (TimeoutError, OSError) as exc:
+            log.warning("cannot connect to %s: %r", address, exc)
             raise BrokerUnavailableError(f"cannot connect to {address}: {exc!r}") from None
+        log.debug("connected to %s", address)
         sock = writer.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -180,6 +185,12 @@ class AIONetwork:
 
     def _fail_connection(self, conn: AIOBrokerConnection, error: KlogError) -> None:
         conn.close()
+        lost = self._pending.get(conn, ())
+        if lost:
+            log.warning("connection to %s lost with %d request(s) in flight: %s", conn.address,
+                        len(lost), error)
+        else:
+            log.info("connection to %s closed: %s", conn.address, error)
         for _, request, _ in self._pending.pop(conn, ()):
             self._push((request, error))
         task = self._readers.pop(conn, None)
