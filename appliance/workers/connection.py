@@ -56,7 +56,7 @@ class KafkaConnection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
         self.peer_host = ""
-        self._queue: deque = deque()  # (request, body | Future)
+        self._queue: deque = deque()  # (request, body | Future, monotonic time read)
         self._writer: asyncio.Task | None = None
         self._reading_paused = False
         self._writing_paused = False
@@ -92,7 +92,7 @@ class KafkaConnection(asyncio.Protocol):
         self._admitted = False
         self.worker.guard.release(self._host)
         self.worker.connections.discard(self)
-        for _, result in self._queue:
+        for _, result, _ in self._queue:
             if isinstance(result, asyncio.Future):
                 result.cancel()
         self._queue.clear()
@@ -108,7 +108,7 @@ class KafkaConnection(asyncio.Protocol):
         self._update_reading()
 
     def data_received(self, data: bytes) -> None:
-        self.last_received_s = time.monotonic()
+        self.last_received_s = now = time.monotonic()
         self.codec.receive_data(data)
         while not self._closed:
             try:
@@ -120,7 +120,7 @@ class KafkaConnection(asyncio.Protocol):
             if request is NEED_DATA:
                 break
             request.client_host = self.peer_host
-            self._queue.append((request, self._dispatch(request)))
+            self._queue.append((request, self._dispatch(request), now))
         self._update_reading()
         self._flush()
 
@@ -179,12 +179,15 @@ class KafkaConnection(asyncio.Protocol):
         if self._writer is not None or self._closed:
             return
         while self._queue:
-            request, result = self._queue[0]
+            request, result, received = self._queue[0]
             if isinstance(result, asyncio.Future):
                 if not result.done():
                     break
                 result = self._result_of(request, result)
             self._queue.popleft()
+            self.worker.statistics.request_done(
+                request, time.monotonic() - received,
+                request.error is not None or getattr(result, "error_code", 0) != 0)
             if result is NO_RESPONSE:
                 continue
             try:

@@ -35,6 +35,7 @@ from appliance.workers.handlers import HANDLERS
 from appliance.workers.handlers.api_versions import advertised_versions
 from appliance.workers.owned_partitions import OwnedPartitions
 from appliance.workers.shared_state import Publisher, RemoteLogs
+from appliance.workers.statistics import MetricsPublisher, WorkerStatistics
 from appliance.workers.waiters import AppendWaiters
 from klog.protocol.error_codes import ErrorCode
 
@@ -65,7 +66,8 @@ class Worker:
             self.log_dir, config.log_defaults, worker_index=index, on_append=self.waiters.notify,
             publisher=Publisher(region, index))
         self.remote = RemoteLogs(region, config.log_dirs, index)
-        self.committer = GroupCommitter()
+        self.statistics = WorkerStatistics()
+        self.committer = GroupCommitter(on_sync=self.statistics.group_commit_synced)
         self.groups = GroupCoordinator(self)
         self.handlers = dict(HANDLERS)
         self.advertised_api_versions = advertised_versions(set(self.handlers))
@@ -205,7 +207,8 @@ class Worker:
                                                     backlog=1024)
         self._tasks = [asyncio.ensure_future(self._retention_loop()),
                        asyncio.ensure_future(self._flush_loop()),
-                       asyncio.ensure_future(self._close_idle_connections())]
+                       asyncio.ensure_future(self._close_idle_connections()),
+                       asyncio.ensure_future(MetricsPublisher(self).run())]
         self.groups.start()
         self._tasks.append(asyncio.ensure_future(self._watch_remote_appends()))
 
