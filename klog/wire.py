@@ -147,6 +147,7 @@ class Network:
         self._bootstrap = bootstrap_servers
         self._client_id = client_id
         self._timeout_s = request_timeout_ms / 1000
+        self._closing = False
         self._address_of = address_of
         self._connections: dict[tuple[int | None, str], BrokerConnection] = {}
         self._pending: dict[BrokerConnection, deque[tuple[int, Outgoing, float]]] = {}
@@ -225,7 +226,7 @@ class Network:
     def _fail_connection(self, conn: BrokerConnection, error: KlogError) -> None:
         conn.close()
         lost = self._pending.get(conn, ())
-        if lost:
+        if lost and not self._closing:
             log.warning("connection to %s lost with %d request(s) in flight: %s", conn.address,
                         len(lost), error)
         else:
@@ -263,6 +264,7 @@ class Network:
                 pass
 
     def close(self) -> None:
+        self._closing = True  # requests lost now are ours to drop: no warning
         for conn in list(self._pending):
             self._fail_connection(conn, BrokerUnavailableError("the client was closed"))
         self._events.clear()

@@ -110,6 +110,7 @@ class AIONetwork:
         self._bootstrap = parse_bootstrap(bootstrap_servers)
         self._client_id = client_id
         self._timeout_s = request_timeout_ms / 1000
+        self._closing = False
         self._address_of = address_of
         self._connections: dict[tuple[int | None, str], AIOBrokerConnection] = {}
         self._pending: dict[AIOBrokerConnection, deque[tuple[int, Outgoing, float]]] = {}
@@ -186,7 +187,7 @@ class AIONetwork:
     def _fail_connection(self, conn: AIOBrokerConnection, error: KlogError) -> None:
         conn.close()
         lost = self._pending.get(conn, ())
-        if lost:
+        if lost and not self._closing:
             log.warning("connection to %s lost with %d request(s) in flight: %s", conn.address,
                         len(lost), error)
         else:
@@ -221,6 +222,7 @@ class AIONetwork:
         self._ready.set()
 
     async def close(self) -> None:
+        self._closing = True  # requests lost now are ours to drop: no warning
         for conn in list(self._pending):
             self._fail_connection(conn, BrokerUnavailableError("the client was closed"))
         self._events.clear()

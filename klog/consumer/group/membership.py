@@ -57,6 +57,7 @@ log = logging.getLogger(__name__)
 UNJOINED, PREPARING, READY, JOINING = "unjoined", "preparing", "ready", "joining"
 ASSIGNING, SYNCING, STABLE = "assigning", "syncing", "stable"
 NO_GENERATION = -1
+LEFT = "left the group"  # the reason when we leave: not worth a warning
 
 REJOIN, RESET, REFIND, RETRY = "rejoin", "reset", "refind", "retry"
 _COMMON = {
@@ -144,8 +145,12 @@ class Membership:
         join again as a new member (a static member keeps its instance id)."""
         if generation is not None and generation != self.generation:
             return  # about an older generation: already handled
-        log.warning("group %r: member %r of generation %d lost its membership (%s); "
-                    "joining again", self.group_id, self.member_id, self.generation, reason)
+        if reason == LEFT:
+            log.info("group %r: member %r left generation %d", self.group_id, self.member_id,
+                     self.generation)
+        else:
+            log.warning("group %r: member %r of generation %d lost its membership (%s)",
+                        self.group_id, self.member_id, self.generation, reason)
         self.generation, self.member_id = NO_GENERATION, ""
         self.protocol = self.leader_id = self._leadership = None
         self._in_flight = None
@@ -180,7 +185,7 @@ class Membership:
             request = self.leaving = leave_request(self.config, self.coordinator.node,
                                                    self.member_id)
             self._outbox.append(request)
-        self.reset_generation("left the group")
+        self.reset_generation(LEFT)
         self.state, self.rejoin_reason, self._unacked = UNJOINED, None, None
         self.owned = frozenset()
         return request
