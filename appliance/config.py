@@ -152,6 +152,13 @@ def _minutes_to_ms(text: str) -> int:
     return _int(-1)(text) * 60_000 if text.strip() != "-1" else -1
 
 
+def _port(text: str) -> int:
+    value = _int(1)(text)
+    if value > 65535:
+        raise ValueError(f"must be a TCP port (<= 65535), got {value}")
+    return value
+
+
 def _text(text: str) -> str:
     return text.strip()
 
@@ -172,7 +179,7 @@ KEYS: dict[str, tuple[str, object]] = {
     "connections.max.idle.ms": ("connections_max_idle_ms", _int(1)),
     "max.connections": ("max_connections", _int(1)),
     "max.connections.per.ip": ("max_connections_per_ip", _int(1)),
-    "metrics.port": ("metrics_port", _int(0)),
+    "metrics.port": ("metrics_port", _port),
     "metrics.host": ("metrics_host", _text),
     "zookeeper.connect": ("zookeeper_connect", _zookeeper_connect),
     "zookeeper.session.timeout.ms": ("zookeeper_session_timeout_ms", _int(1000)),

@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 
 from appliance import sd_notify
-from appliance.config import BrokerConfig, check_advertised_listener
+from appliance.config import BrokerConfig, ConfigError, check_advertised_listener
 from appliance.controller.catalog import Catalog, cluster_id
 from appliance.controller.decisions import ApplianceController
 from appliance.controller.fleet import FleetDecisions
@@ -134,10 +134,16 @@ class Supervisor:
         """Start the Prometheus endpoint when metrics.port is set (after the fork server)."""
         if self.config.metrics_port is None:
             return
-        self.metrics = MetricsEndpoint(
-            self.region, host=self.config.metrics_host, port=self.config.metrics_port,
+        host, port = self.config.metrics_host, self.config.metrics_port
+        endpoint = MetricsEndpoint(
+            self.region, host=host, port=port,
             heartbeat_timeout_ms=self.config.worker_heartbeat_timeout_ms, fleet=self.fleet)
-        self.metrics.start()
+        try:
+            endpoint.start()
+        except OSError as exc:
+            raise ConfigError(f"metrics.port: cannot listen on {host}:{port}: "
+                              f"{exc.strerror or exc}") from None
+        self.metrics = endpoint
 
     def _wake(self) -> None:
         """Any thread: make the loop run a pass now (kazoo's callbacks use it)."""

@@ -47,7 +47,13 @@ class Histogram:
 class WorkerStatistics:
     """Everything one worker counts for the metrics, besides what shm already holds."""
 
-    def __init__(self):
+    def __init__(self, *, enabled: bool = True):
+        """Disabled (no metrics.port), requests are not counted at all: the appliance then
+        costs exactly what it did before metrics existed (the lag report is still published
+        for `klog status`)."""
+        self.enabled = enabled
+        if not enabled:
+            self.request_done = _ignore
         self.requests: dict[tuple[int, int], list[int]] = {}  # (api, version) -> [n, errors]
         self.latency: dict[tuple[str, str], Histogram] = {}  # (api name, acks) -> histogram
         self.loop_lag_s = 0.0
@@ -95,6 +101,10 @@ class WorkerStatistics:
                              "failures": self.sync_failures},
             "lag": lag_report,
         }
+
+
+def _ignore(*_args) -> None:
+    pass
 
 
 class MetricsPublisher:

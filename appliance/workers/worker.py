@@ -66,8 +66,9 @@ class Worker:
             self.log_dir, config.log_defaults, worker_index=index, on_append=self.waiters.notify,
             publisher=Publisher(region, index))
         self.remote = RemoteLogs(region, config.log_dirs, index)
-        self.statistics = WorkerStatistics()
-        self.committer = GroupCommitter(on_sync=self.statistics.group_commit_synced)
+        self.statistics = WorkerStatistics(enabled=config.metrics_port is not None)
+        self.committer = GroupCommitter(on_sync=self.statistics.group_commit_synced
+                                        if self.statistics.enabled else None)
         self.groups = GroupCoordinator(self)
         self.handlers = dict(HANDLERS)
         self.advertised_api_versions = advertised_versions(set(self.handlers))

@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -237,3 +238,14 @@ def test_a_killed_worker_shows_as_down(appliance, prometheus):  # last: it stays
     os.kill(appliance.worker_pid(1), signal.SIGKILL)
     prometheus.wait_for('klog_worker_up{worker="1"}', lambda r: r and r[0][1] == 0)
     prometheus.wait_for('klog_worker_up{worker="0"}', lambda r: r and r[0][1] == 1)
+
+
+def test_a_metrics_port_in_use_stops_start_up_naming_the_key(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        appliance = Appliance(tmp_path, settings={"metrics.port": str(port)})
+        with pytest.raises(RuntimeError, match=r"metrics\.port: cannot listen on 127\.0\.0\.1"):
+            appliance.start()
+    assert appliance.process.wait(10) == 1
