@@ -10,6 +10,11 @@ the machine (other tests, page cache) hits both alike; each figure is the median
 - produce, large requests: the same with 4,900-record (~1 MiB) batches: MB/s;
 - fetch: Fetch v11 of the large topic from the start, 1 MiB per partition per request: MB/s.
 
+Throughput on a shared machine swings by a factor of two between identical appliances, so the
+worker's CPU time per unit of work (from /proc/<pid>/schedstat, blind to other processes' load)
+is printed too, and so is the one thing metrics add to a request's path, timed alone: the
+worker's `request_done` accounting, on and off.
+
 Run: .venv/bin/python perf/bench_metrics.py [--quick]
 """
 
@@ -35,6 +40,12 @@ from klog.protocol.records import build_batch  # noqa: E402
 from tests.conftest import Appliance, free_port  # noqa: E402
 
 MB = 1_000_000
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time of the process's main thread, in ns precision (/proc/<pid>/schedstat); the
+    group-commit thread is idle with acks=1."""
+    return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
 
 
 class Pipeline:
@@ -154,13 +165,33 @@ class Scraper:
         self._thread.join(15)
 
 
+def accounting_us() -> tuple[float, float]:
+    """µs per call of WorkerStatistics.request_done for a Produce request, on and off."""
+    import timeit
+
+    from appliance.workers.statistics import WorkerStatistics
+    from klog.protocol.server import parse_request
+
+    batch = build_batch([(0, None, b"x" * 200, [])] * 10)
+    body = next(produce_requests("t", batch, 1))[2]
+    _, data = ClientConnection(client_id="bench").send_request(produce.SPEC.key, 8, body)
+    request = parse_request(memoryview(data)[4:])
+    figures = []
+    for statistics_ in (WorkerStatistics(), WorkerStatistics(enabled=False)):
+        calls = 200_000
+        seconds = min(timeit.repeat(lambda s=statistics_: s.request_done(request, 0.001, False),
+                                    number=calls, repeat=3))
+        figures.append(seconds / calls * 1e6)
+    return figures[0], figures[1]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     rounds = 3 if args.quick else 7
     small_requests = 3000 if args.quick else 20_000
-    large_requests = 40 if args.quick else 200
+    large_requests = 80 if args.quick else 200
     results: dict[str, dict[str, list[float]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         settings = {"log.segment.bytes": str(1 << 30)}
@@ -178,14 +209,25 @@ def main() -> None:
             for round_ in range(rounds):
                 for label, appliance in (("off", off), ("on", on))[::1 if round_ % 2 else -1]:
                     figures = results.setdefault(label, {})
+                    pid = appliance.worker_pid(0)
+                    cpu = cpu_seconds(pid)
                     req_s, _ = bench_produce(appliance.port, "small", 10, small_requests)
                     figures.setdefault("small", []).append(req_s)
+                    figures.setdefault("small_cpu", []).append(
+                        (cpu_seconds(pid) - cpu) / small_requests * 1e6)
+                    cpu = cpu_seconds(pid)
                     _, mb_s = bench_produce(appliance.port, "large", 4900, large_requests)
                     figures.setdefault("large", []).append(mb_s)
+                    figures.setdefault("large_cpu", []).append(
+                        (cpu_seconds(pid) - cpu) / (large_requests * 4900 * 200 / 1e9))
                     with Admin(appliance.bootstrap) as admin:
                         ends = admin.list_offsets("large")
+                    cpu = cpu_seconds(pid)
                     figures.setdefault("fetch", []).append(
                         bench_fetch(appliance.port, "large", ends))
+                    fetched_gb = sum(ends.values()) * 200 / 1e9  # values; batches add ~1%
+                    figures.setdefault("fetch_cpu", []).append(
+                        (cpu_seconds(pid) - cpu) / fetched_gb)
         finally:
             if scraper is not None:
                 scraper.stop()
@@ -193,14 +235,24 @@ def main() -> None:
             off.stop()
     title = f"figure (median of {rounds} rounds)"
     print(f"{title:<44}{'metrics on':>16}{'off (baseline)':>16}{'cost':>8}")
-    for key, name, unit in (("small", "produce, 10-record requests, acks=1", "req/s"),
-                            ("large", "produce, ~1 MiB requests, acks=1", "MB/s"),
-                            ("fetch", "fetch from the start, 1 MiB/partition", "MB/s")):
+    for key, name, unit, more_is_better in (
+            ("small", "produce, 10-record requests, acks=1", "req/s", True),
+            ("small_cpu", "  worker CPU per request", "us", False),
+            ("large", "produce, ~1 MiB requests, acks=1", "MB/s", True),
+            ("large_cpu", "  worker CPU per GB produced", "s", False),
+            ("fetch", "fetch from the start, 1 MiB/partition", "MB/s", True),
+            ("fetch_cpu", "  worker CPU per GB fetched", "s", False)):
         with_metrics = statistics.median(results["on"][key])
         without = statistics.median(results["off"][key])
         cost = (without - with_metrics) / without * 100
-        print(f"{name:<44}{with_metrics:>10,.0f} {unit:<5}{without:>10,.0f} {unit:<5}"
+        if not more_is_better:
+            cost = -cost
+        print(f"{name:<44}{with_metrics:>10,.1f} {unit:<5}{without:>10,.1f} {unit:<5}"
               f"{cost:>7.1f}%")
+    on_us, off_us = accounting_us()
+    per_request = statistics.median(results["off"]["small_cpu"])
+    print(f"{'request accounting per request':<44}{on_us:>10,.2f} us   {off_us:>10,.2f} us   "
+          f"{(on_us - off_us) / per_request * 100:>6.1f}% of a small request's worker CPU")
     print(f"(scrapes of the metrics endpoint during the run: {scraper.scrapes})")
 
 
