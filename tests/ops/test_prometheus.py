@@ -218,6 +218,19 @@ def test_every_metric_in_the_readme_exists_after_a_round_trip(appliance):
     lag = [s for f in families for s in f.samples if s.name == "klog_consumer_group_lag"
            and s.labels.get("group") == "round-trippers"]
     assert lag and lag[0].value == 0
+    # histograms: cumulative buckets, +Inf equal to the count (Produce acks=all went through)
+    latency = next(f for f in families if f.name == "klog_request_latency_seconds")
+    workers = {s.labels["worker"] for s in latency.samples if s.labels.get("api") == "Produce"
+               and s.labels.get("acks") == "all"}
+    assert workers
+    for worker in workers:
+        series = [s for s in latency.samples if s.labels.get("api") == "Produce"
+                  and s.labels.get("acks") == "all" and s.labels["worker"] == worker]
+        buckets = [s.value for s in series if s.name.endswith("_bucket")]
+        count = next(s.value for s in series if s.name.endswith("_count"))
+        assert buckets == sorted(buckets) and buckets[-1] == count > 0
+    syncs = next(f for f in families if f.name == "klog_group_commit_batch_size")
+    assert sum(s.value for s in syncs.samples if s.name.endswith("_count")) > 0
 
 
 def test_alert_rules_pass_promtool():
