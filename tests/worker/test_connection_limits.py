@@ -12,12 +12,13 @@ import select
 import socket
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
 
 import klog
-from tests.conftest import Appliance
+from tests.conftest import Appliance, free_port
 
 HALF_OPEN = 2000
 IDLE_MS = 1500
@@ -91,6 +92,24 @@ class SteadyClient:
         self.producer.close()
 
 
+def worker_counter(port: int, name: str) -> float:
+    """A counter of worker 0 as the appliance's metrics endpoint shows it."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    for line in text.splitlines():
+        if line.startswith(f'{name}{{worker="0"}} '):
+            return float(line.split()[1])
+    return -1.0
+
+
+def wait_for_counter(port: int, name: str, expected: float) -> float:
+    """Workers publish their statistics twice a second: wait for the figure to arrive."""
+    deadline = time.monotonic() + 30
+    while (value := worker_counter(port, name)) < expected and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return value
+
+
 def consume_all(bootstrap: str, topic: str, expected: int) -> int:
     consumer = klog.Consumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest")
     consumer.assign([klog.TopicPartition(topic, 0)])
@@ -105,7 +124,9 @@ def consume_all(bootstrap: str, topic: str, expected: int) -> int:
 
 @pytest.mark.slow
 def test_half_open_connections_are_closed_after_the_idle_timeout(tmp_path):
-    appliance = Appliance(tmp_path, settings={"connections.max.idle.ms": str(IDLE_MS)}).start()
+    metrics = free_port()
+    appliance = Appliance(tmp_path, settings={"connections.max.idle.ms": str(IDLE_MS),
+                                              "metrics.port": str(metrics)}).start()
     try:
         with klog.Admin(appliance.bootstrap) as admin:
             admin.create_topic("steady", 1)
@@ -136,6 +157,8 @@ def test_half_open_connections_are_closed_after_the_idle_timeout(tmp_path):
         assert consume_all(appliance.bootstrap, "steady", client.sent) == client.sent
         # 2000 connections cost the worker a few MB, not a buffer each
         assert rss_held - rss_before < 64 * 1024 * 1024, (rss_before, rss_held)
+        idle_closed = wait_for_counter(metrics, "klog_connections_idle_closed_total", HALF_OPEN)
+        assert idle_closed >= HALF_OPEN
         assert appliance.process.poll() is None
     finally:
         appliance.stop()
@@ -143,8 +166,10 @@ def test_half_open_connections_are_closed_after_the_idle_timeout(tmp_path):
 
 @pytest.mark.slow
 def test_connections_over_the_limits_are_refused(tmp_path):
+    metrics = free_port()
     appliance = Appliance(tmp_path, settings={"max.connections": "60",
-                                              "max.connections.per.ip": "25"}).start()
+                                              "max.connections.per.ip": "25",
+                                              "metrics.port": str(metrics)}).start()
     try:
         with klog.Admin(appliance.bootstrap) as admin:
             admin.create_topic("steady", 1)
@@ -163,6 +188,9 @@ def test_connections_over_the_limits_are_refused(tmp_path):
             admitted = [s for s in others if not closed_by_peer(s)]
             kept = 25 + len(admitted)
             assert 55 <= kept <= 59, kept  # 60 minus the client's own connection(s)
+            refused_count = 15 + 60 - len(admitted)
+            assert wait_for_counter(metrics, "klog_connections_refused_total",
+                                    refused_count) == refused_count
             # a freed slot is usable again
             next(s for s in noisy if s not in refused).close()
             time.sleep(0.5)
