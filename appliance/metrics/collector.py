@@ -9,7 +9,6 @@ incarnation publishes (counters restart at 0 then: Prometheus' `rate` handles re
 
 from __future__ import annotations
 
-import logging
 import time
 
 from prometheus_client.core import (
@@ -20,10 +19,10 @@ from prometheus_client.core import (
 
 from appliance.shm.layout import WorkerState
 from appliance.shm.metrics_area import BATCH_BUCKETS, LATENCY_BUCKETS_S
+from klog.protocol.apis import API_BY_KEY
 
-log = logging.getLogger(__name__)
-
-# name -> (type, help). The README's table lists the same names; a test checks both ways.
+# name -> (type, help). The README's table lists the same names; tests/ops checks a scrape
+# against that table both ways.
 METRICS: dict[str, tuple[str, str]] = {
     "klog_worker_up": ("gauge", "1 while the worker is serving and its heartbeat is fresh"),
     "klog_worker_restarts_total": ("counter", "restarts of the worker by the supervisor"),
@@ -234,6 +233,4 @@ class ApplianceCollector:
 
 
 def _api_names() -> dict[int, str]:
-    from klog.protocol.apis import API_BY_KEY
-
     return {key: spec.name for key, spec in API_BY_KEY.items()}
