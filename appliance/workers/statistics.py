@@ -145,4 +145,8 @@ class MetricsPublisher:
             self.worker.statistics.loop_lag_s = max(0.0, loop.time() - before - LOOP_LAG_PROBE_S)
             if loop.time() >= next_publish:
                 next_publish = loop.time() + PUBLISH_INTERVAL_S
-                self.publish()
+                try:
+                    self.publish()
+                except Exception:  # statistics must never stop the worker, nor the next try
+                    log.exception("worker %d: publishing its statistics failed",
+                                  self.worker.index)
