@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-APT_PACKAGES := kcat systemd zookeeper iptables
+APT_PACKAGES := kcat systemd zookeeper iptables prometheus
 # Spark 4 (tests/pipeline, the load in `make run`) needs Java 17 or 21; bookworm has 17
 JDK_PACKAGE := openjdk-17-jre-headless
 PYTEST_ARGS ?=

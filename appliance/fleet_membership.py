@@ -90,6 +90,16 @@ class FleetMembership:
             topics[name] = FleetTopic(name, tuple(leadership), dict(topic.config))
         return FleetView(nodes, topics, snapshot.controller)
 
+    def metrics_facts(self) -> dict[str, int]:
+        """What the metrics say of the fleet (`appliance.metrics.collector`); any thread."""
+        view = self.view()
+        offline = sum(1 for topic in view.topics.values() for p in topic.leadership
+                      if p.leader not in view.nodes)
+        return {"klog_zookeeper_connected": int(self.member.state == CONNECTED),
+                "klog_controller_active": int(self.member.is_controller),
+                "klog_controller_epoch": self.member.snapshot().controller_epoch,
+                "klog_offline_partitions": offline}
+
     def create_topic(self, name: str, partitions: int, replication_factor: int,
                      configs: dict[str, str], *, validate_only: bool) -> TopicResult:
         refused = check_new_topic(name, partitions, configs, self.config.log_defaults)
