@@ -6,6 +6,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 APT_PACKAGES := kcat systemd zookeeper iptables
+# tests/deploy boots Debian hosts: debootstrap builds their root, systemd-nspawn boots them
+APT_PACKAGES += debootstrap systemd-container
 # Spark 4 (tests/pipeline, the load in `make run`) needs Java 17 or 21; bookworm has 17
 JDK_PACKAGE := openjdk-17-jre-headless
 PYTEST_ARGS ?=
