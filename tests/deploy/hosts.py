@@ -106,9 +106,12 @@ class Host:
 
     def ssh(self, key: Path, command: str, check: bool = True,
             timeout: float = 120) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            ["ssh", *ssh_options(key), f"root@{self.address}", command],
-            check=check, capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(["ssh", *ssh_options(key), f"root@{self.address}", command],
+                              capture_output=True, text=True, timeout=timeout)
+        if check and done.returncode != 0:
+            raise RuntimeError(f"{self.name}: {command!r} exited with {done.returncode}: "
+                               f"{done.stderr.strip()} {done.stdout.strip()[-2000:]}")
+        return done
 
 
 def ssh_options(key: Path) -> list[str]:
