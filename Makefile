@@ -39,6 +39,7 @@ deps:
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/ansible-lint --offline -q playbooks/
 
 # the compiled record codec must be the one in use (it is optional at install time), and the
 # codec and client tests run again on the pure-Python fallback, the reference
