@@ -242,7 +242,8 @@ def test_a_new_wheel_rolls_through_the_fleet_host_by_host_without_loss(deployed,
     version = f"0.1.0+deploytest.{int(time.time())}"
     source = tmp_path / "klog-src"
     shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(
-        ".venv", ".git", "build", "var", "*.egg-info", "__pycache__", ".*_cache", "*.so",
+        ".venv", ".git", ".hypothesis", ".ci", "build", "var", "*.egg-info", "__pycache__",
+        ".*_cache", "*.so",
         "perf"))
     pyproject = source / "pyproject.toml"
     pyproject.write_text(re.sub(r'(?m)^version = ".*"$', f'version = "{version}"',
