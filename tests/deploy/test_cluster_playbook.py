@@ -76,8 +76,8 @@ class Deployed:
     def ssh(self, host, command: str) -> str:
         return host.ssh(self.fleet.key, command).stdout.strip()
 
-    def unit(self, host, *properties: str) -> dict[str, str]:
-        out = self.ssh(host, "systemctl show klog-appliance " +
+    def unit(self, host, *properties: str, unit: str = "klog-appliance") -> dict[str, str]:
+        out = self.ssh(host, f"systemctl show {unit} " +
                        " ".join(f"-p {p}" for p in properties))
         return dict(line.split("=", 1) for line in out.splitlines())
 
@@ -86,6 +86,13 @@ class Deployed:
                                "--zookeeper", self.zookeeper, "--json"],
                               cwd=REPO, capture_output=True, text=True, timeout=60, check=True)
         return json.loads(done.stdout)
+
+
+def zookeeper_mode(deployed: Deployed, host) -> str:
+    """The server's own answer to srvr, asked on the host."""
+    return deployed.ssh(host, "python3 -c \"import socket; s=socket.create_connection("
+                        f"('{host.address}', 2181)); s.sendall(b'srvr'); "
+                        "print(s.makefile().read())\" | sed -n 's/^Mode: //p'")
 
 
 def create_topic(bootstrap: str, name: str, partitions: int) -> None:
@@ -146,10 +153,7 @@ def test_the_playbook_deploys_zookeeper_and_an_appliance_on_each_host(deployed):
             "enabled\nenabled"
         assert deployed.ssh(host, "systemctl is-active klog-appliance zookeeper") == \
             "active\nactive"
-        mode = deployed.ssh(host, "python3 -c \"import socket; s=socket.create_connection("
-                            f"('{host.address}', 2181)); s.sendall(b'srvr'); "
-                            "print(s.makefile().read())\" | sed -n 's/^Mode: //p'")
-        modes.append(mode)
+        modes.append(zookeeper_mode(deployed, host))
         # the appliance runs as the system user klog, from the venv the wheels filled
         assert deployed.ssh(host, "ps -o user= -p $(systemctl show -p MainPID --value "
                             "klog-appliance)") == "klog"
@@ -202,6 +206,7 @@ def test_a_second_run_changes_nothing_and_check_mode_agrees(deployed):
     assert second.changed == {"localhost": 0, "h1": 0, "h2": 0, "h3": 0}, second.output[-3000:]
     FIGURES["second run, nothing to change (s)"] = second.seconds
     check = run_playbook(deployed.inventory, deployed.log, *deployed.wheels, "--check")
+    FIGURES["--check run (s)"] = check.seconds
     assert check.changed == {"localhost": 0, "h1": 0, "h2": 0, "h3": 0}, check.output[-3000:]
 
 
@@ -243,20 +248,23 @@ def test_a_new_wheel_rolls_through_the_fleet_host_by_host_without_loss(deployed,
     source = tmp_path / "klog-src"
     shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(
         ".venv", ".git", ".hypothesis", ".ci", "build", "var", "*.egg-info", "__pycache__",
-        ".*_cache", "*.so",
-        "perf"))
+        ".*_cache", "*.so", "perf"))
     pyproject = source / "pyproject.toml"
     pyproject.write_text(re.sub(r'(?m)^version = ".*"$', f'version = "{version}"',
                                 pyproject.read_text()))
     create_topic(deployed.bootstrap, "rolling", 6)
     starts_before = {h.name: deployed.unit(h, "ExecMainStartTimestampMonotonic")
                      for h in deployed.fleet.hosts}
+    zookeeper_before = {h.name: deployed.unit(h, "ExecMainStartTimestampMonotonic",
+                                              unit="zookeeper") for h in deployed.fleet.hosts}
     producer = SteadyProducer(deployed.bootstrap, "rolling")
     producer.start()
     try:
         time.sleep(3)
+        # a zoo.cfg change in the same run: the ensemble restarts one server at a time too
         rolled = run_playbook(deployed.inventory, deployed.log, *deployed.wheels,
-                              "-e", f"klog_wheels_source={source}")
+                              "-e", f"klog_wheels_source={source}",
+                              "-e", '{"zookeeper_extra_config": {"autopurge.purgeInterval": 1}}')
         FIGURES["rolling upgrade of three hosts (s)"] = rolled.seconds
         time.sleep(3)
     finally:
@@ -280,5 +288,15 @@ def test_a_new_wheel_rolls_through_the_fleet_host_by_host_without_loss(deployed,
                         int(unit["ActiveEnterTimestampMonotonic"])))
     for (_, ready), (start, _) in zip(windows, windows[1:]):
         assert ready < start, f"a host restarted before the previous one served: {windows}"
+    zookeeper_starts = []
+    for host in deployed.fleet.hosts:
+        start = deployed.unit(host, "ExecMainStartTimestampMonotonic", unit="zookeeper")
+        assert start != zookeeper_before[host.name], f"zookeeper on {host.name} kept running"
+        assert "autopurge.purgeInterval=1" in deployed.ssh(host, "cat /etc/zookeeper/conf/zoo.cfg")
+        zookeeper_starts.append(int(start["ExecMainStartTimestampMonotonic"]))
+    # the next server restarts only after the one before answered srvr as leader or follower
+    assert zookeeper_starts == sorted(zookeeper_starts)
+    assert sorted(zookeeper_mode(deployed, h) for h in deployed.fleet.hosts) == \
+        ["follower", "follower", "leader"]
     consumed = read_group(deployed.bootstrap, "rolling", "after-roll", producer.acked)
     assert producer.acked <= consumed, f"lost {len(producer.acked - consumed)} acknowledged"
