@@ -210,6 +210,25 @@ def test_a_second_run_changes_nothing_and_check_mode_agrees(deployed):
     assert check.changed == {"localhost": 0, "h1": 0, "h2": 0, "h3": 0}, check.output[-3000:]
 
 
+def test_a_setting_changed_on_one_host_restarts_that_appliance_only(deployed):
+    pids = {h.name: deployed.unit(h, "MainPID")["MainPID"] for h in deployed.fleet.hosts}
+    text = deployed.inventory.read_text()
+    # a host's own klog_appliance_properties replace the fleet's: repeat them, plus one key
+    deployed.inventory.write_text(text.replace(
+        "klog_appliance_broker_id: 3,",
+        "klog_appliance_broker_id: 3, klog_appliance_properties: {num.partitions: 3, "
+        "zookeeper.session.timeout.ms: 6000, group.initial.rebalance.delay.ms: 0, "
+        "log.retention.hours: 72},"))
+    changed = run_playbook(deployed.inventory, deployed.log, *deployed.wheels)
+    assert changed.changed == {"localhost": 0, "h1": 0, "h2": 0, "h3": 2}, changed.output[-3000:]
+    assert "log.retention.hours=72" in deployed.ssh(deployed.fleet.hosts[2],
+                                                    "cat /etc/klog/server.properties")
+    after = {h.name: deployed.unit(h, "MainPID")["MainPID"] for h in deployed.fleet.hosts}
+    assert after["h1"] == pids["h1"] and after["h2"] == pids["h2"]
+    assert after["h3"] != pids["h3"], "the handler did not restart h3's appliance"
+    assert len(deployed.cluster_status()["appliances"]["3"]["nodes"]) == 1
+
+
 class SteadyProducer(threading.Thread):
     """Sends a numbered stream until stopped; remembers what was acknowledged with acks=all."""
 
