@@ -192,6 +192,7 @@ KEYS: dict[str, tuple[str, object]] = {
     "log.message.timestamp.type": ("log.message_timestamp_type", _text),
     "message.max.bytes": ("log.max_message_bytes", _int(0)),
     "file.delete.delay.ms": ("log.file_delete_delay_ms", _int(0)),
+    "min.insync.replicas": ("log.min_insync_replicas", _int(1)),
 }
 
 # Kafka lets the finer unit win: log.retention.ms over .minutes over .hours, roll.ms over .hours.

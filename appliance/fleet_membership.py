@@ -29,6 +29,8 @@ from klog.protocol.error_codes import ErrorCode
 log = logging.getLogger(__name__)
 
 RECONNECT_WAIT_S = 3.0  # an admin request waits this long for a suspended session to return
+# an ISR change waits less: the asking worker's loop waits with it (it is asked again later)
+ISR_WAIT_S = 0.5
 
 
 class FleetUnavailableError(RuntimeError):
@@ -132,6 +134,18 @@ class FleetMembership:
             return unreachable
         result = self.member.delete_topic(name)
         return TopicResult(name, result.error, result.message)
+
+    def alter_isr(self, topic: str, partition: int, leader: int, leader_epoch: int,
+                  isr: tuple[int, ...]) -> ErrorCode:
+        if not self.member.wait_connected(ISR_WAIT_S):
+            return ErrorCode.REQUEST_TIMED_OUT
+        try:
+            error = self.member.alter_isr(topic, partition, leader, leader_epoch, isr)
+        except ZooKeeperUnavailable as exc:
+            log.warning("ISR of %s-%d not changed: %s", topic, partition, exc)
+            return ErrorCode.REQUEST_TIMED_OUT
+        self.member.wake()
+        return error
 
     def allocate_producer_id(self) -> int:
         """The next id of this appliance's fleet-wide block; -1 while ZooKeeper cannot be

@@ -33,6 +33,7 @@ from appliance.workers.groups.offsets_log import OFFSETS_TOPIC
 from appliance.workers.handlers import HANDLERS
 from appliance.workers.handlers.api_versions import advertised_versions
 from appliance.workers.owned_partitions import OwnedPartitions
+from appliance.workers.replica_state import Replication
 from appliance.workers.shared_state import Publisher, RemoteLogs
 from appliance.workers.waiters import AppendWaiters
 from klog.protocol.error_codes import ErrorCode
@@ -66,6 +67,7 @@ class Worker:
         self.remote = RemoteLogs(region, config.log_dirs, index)
         self.committer = GroupCommitter()
         self.groups = GroupCoordinator(self)
+        self.replication = Replication(self)  # cluster mode's leader and follower roles
         self.handlers = dict(HANDLERS)
         self.advertised_api_versions = advertised_versions(set(self.handlers))
         self.connections: set[KafkaConnection] = set()
@@ -181,12 +183,14 @@ class Worker:
 
     def _on_topic_change(self, name, info) -> None:
         if info is None:
+            self.replication.forget_topic(name)
             self.remote.forget(name)
             self.partitions.close_topic(name, delete=True)
             if name == OFFSETS_TOPIC:
                 self.groups.unload_all()
         else:
             self.partitions.open_topic(info, now_ms=self.now_ms())
+            self.replication.apply(info)
             if name == OFFSETS_TOPIC:
                 self.groups.load_owned()
 
@@ -203,6 +207,7 @@ class Worker:
         self._tasks = [asyncio.ensure_future(self._retention_loop()),
                        asyncio.ensure_future(self._flush_loop())]
         self.groups.start()
+        self.replication.start()
         self._tasks.append(asyncio.ensure_future(self._watch_remote_appends()))
 
     @property
@@ -216,6 +221,7 @@ class Worker:
         for task in self._tasks:
             task.cancel()
         self.groups.stop()
+        self.replication.stop()
         deadline = time.monotonic() + 2.0
         while (any(c.answers_pending for c in self.connections)
                and time.monotonic() < deadline):
