@@ -67,6 +67,7 @@ class ReplicaFetcher:
     # the loop ----------------------------------------------------------------------------
 
     async def _run(self) -> None:
+        failing = False
         while True:
             if not self.partitions:
                 self._wake.clear()
@@ -80,9 +81,12 @@ class ReplicaFetcher:
                 reader, writer = await asyncio.wait_for(
                     asyncio.open_connection(node.host, node.port), 10)
             except (OSError, TimeoutError) as exc:
-                log.info("replica fetcher to %d: cannot connect: %s", self.leader, exc)
+                if not failing:  # once per outage: the leader's node may take a while to go
+                    log.info("replica fetcher to %d: cannot connect: %s", self.leader, exc)
+                failing = True
                 await asyncio.sleep(RETRY_S)
                 continue
+            failing = False
             try:
                 await self._session(_Link(reader, writer, self.worker.node_id))
             except (OSError, ProtocolError, ConnectionError, asyncio.IncompleteReadError,
@@ -135,13 +139,7 @@ class ReplicaFetcher:
         owned = self.replication.following(key, self.leader, leader_epoch)
         if owned is None:
             return
-        if answer.end_offset < 0:  # the leader knows no epoch: Kafka's fallback
-            target = plog.high_watermark
-        elif answer.leader_epoch == ours:
-            target = answer.end_offset
-        else:  # KIP-279: the leader's largest epoch below ours ends there, and ours?
-            target = min(answer.end_offset, plog.end_offset_for_epoch(answer.leader_epoch)[1]
-                         if answer.leader_epoch >= 0 else answer.end_offset)
+        target = truncation_offset(plog, ours, answer.leader_epoch, answer.end_offset)
         if target < plog.log_end_offset:
             log.warning("%s-%d: truncating from %d to %d (our epoch %d, leader's answer: "
                         "epoch %d ends at %d)", *key, plog.log_end_offset, target, ours,
@@ -210,6 +208,21 @@ class ReplicaFetcher:
                 return False
         self.replication.set_follower_high_watermark(key, owned, part.high_watermark)
         return True
+
+
+def truncation_offset(plog, ours: int, leader_epoch: int, end_offset: int) -> int:
+    """Where a follower's log must end, given the leader's OffsetForLeaderEpoch answer
+    (`leader_epoch`, `end_offset`) to the follower's latest epoch `ours` (module docstring).
+    Never above the log end: a leader that has more is simply fetched from."""
+    if end_offset < 0:  # the leader knows no epoch: Kafka's fallback
+        target = plog.high_watermark
+    elif leader_epoch == ours:
+        target = end_offset
+    elif leader_epoch >= 0:  # KIP-279: the leader's largest epoch below ours, and our end of it
+        target = min(end_offset, plog.end_offset_for_epoch(leader_epoch)[1])
+    else:
+        target = end_offset
+    return min(target, plog.log_end_offset)
 
 
 class _Link:

@@ -183,7 +183,10 @@ class Replication:
         if fetch_offset <= owned.log.log_end_offset:
             role.follower_ends[replica_id] = fetch_offset
             self._update_leader(key, owned, role)
-            if replica_id not in role.isr and fetch_offset >= owned.log.high_watermark:
+            if (replica_id not in role.isr and fetch_offset >= owned.log.high_watermark
+                    and replica_id in (self.worker.controller.fleet_nodes or {})):
+                # caught up, and live as the fleet sees it (or the controller, which drops
+                # dead nodes from the ISR, would drop it again)
                 self._ask_isr(key, role, tuple(role.isr) + (replica_id,))
         return owned.log.read_replica
 
