@@ -49,6 +49,10 @@ class Role:
     isr: tuple[int, ...]
     leading: bool
     follower_ends: dict[int, int] = field(default_factory=dict)  # leader only: node -> LEO
+    # leader only: when each follower last caught up, i.e. fetched at the leader's log end as
+    # it was when the follower's previous fetch was read (Kafka's lastCaughtUpTime)
+    caught_up_at: dict[int, float] = field(default_factory=dict)
+    end_at_last_fetch: dict[int, int] = field(default_factory=dict)
     isr_asked_at: float = 0.0  # monotonic time of the last ISR change asked for
 
 
@@ -59,12 +63,14 @@ class Replication:
         self._committed_waiters: dict[tuple[str, int], list[tuple[int, asyncio.Future]]] = {}
         self.fetchers: dict[int, object] = {}  # leader node id -> ReplicaFetcher
         self.started = False
+        self._lag_task: asyncio.Future | None = None
 
     def start(self) -> None:
         """On the running loop (fetchers are tasks): take the roles of every topic known."""
         self.started = True
         for info in self.worker.controller.topics():
             self.apply(info)
+        self._lag_task = asyncio.ensure_future(self._watch_lag())
 
     @property
     def node_id(self) -> int:
@@ -119,6 +125,8 @@ class Replication:
             log.error("%s-%d: cannot start leader epoch %d: %s", *key, state.leader_epoch, exc)
         owned.leader_epoch = state.leader_epoch
         role = Role(state.leader, state.leader_epoch, state.replicas, state.isr, True)
+        now = time.monotonic()  # every follower gets a full lag period from a new leader
+        role.caught_up_at = {r: now for r in state.replicas}
         self.roles[key] = role
         log.info("%s-%d: leader in epoch %d, log end %d, isr %s", *key, state.leader_epoch,
                  owned.log.log_end_offset, list(state.isr))
@@ -150,6 +158,8 @@ class Replication:
 
     def stop(self) -> None:
         self.started = False
+        if self._lag_task is not None:
+            self._lag_task.cancel()
         for fetcher in self.fetchers.values():
             fetcher.stop()
         self.fetchers.clear()
@@ -182,6 +192,10 @@ class Replication:
             return ErrorCode.NOT_LEADER_OR_FOLLOWER
         if fetch_offset <= owned.log.log_end_offset:
             role.follower_ends[replica_id] = fetch_offset
+            end = owned.log.log_end_offset
+            if fetch_offset >= min(end, role.end_at_last_fetch.get(replica_id, end)):
+                role.caught_up_at[replica_id] = time.monotonic()
+            role.end_at_last_fetch[replica_id] = end
             self._update_leader(key, owned, role)
             if (replica_id not in role.isr and fetch_offset >= owned.log.high_watermark
                     and replica_id in (self.worker.controller.fleet_nodes or {})):
@@ -207,6 +221,25 @@ class Replication:
             self.worker.partitions.publish(owned)
             self.worker.waiters.notify(*key)
         self._release(key, plog.high_watermark)
+
+    async def _watch_lag(self) -> None:
+        """Shrink the ISR of a partition this worker leads when a follower in it has not
+        caught up with the log end for `replica.lag.time.max.ms` (Kafka's rule): a live but
+        stalled or partitioned follower must not hold the high watermark, and so every
+        acks=all producer, for longer than that. Dead nodes are the controller's to drop."""
+        while True:
+            lag_s = self.worker.config.replica_lag_time_max_ms / 1000
+            await asyncio.sleep(min(max(lag_s / 4, 0.05), 1.0))
+            now = time.monotonic()
+            for key, role in list(self.roles.items()):
+                if not role.leading:
+                    continue
+                lagging = [r for r in role.isr if r != self.node_id
+                           and now - role.caught_up_at.get(r, now) > lag_s]
+                if lagging:
+                    log.warning("%s-%d: %s not caught up for %.1f s: leaving the ISR", *key,
+                                lagging, lag_s)
+                    self._ask_isr(key, role, tuple(r for r in role.isr if r not in lagging))
 
     def _ask_isr(self, key, role: Role, isr: tuple[int, ...]) -> None:
         now = time.monotonic()

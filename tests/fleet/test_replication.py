@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import threading
 import time
 from pathlib import Path
@@ -30,6 +31,7 @@ CHROOT = "/klog-repl"
 TOPIC = "replicated"
 PARTITIONS = 3
 FIRST_VALUE = 1_000_000  # the kill test's values, above the first test's
+LAG_MS = 3000  # replica.lag.time.max.ms: short, so a stalled follower leaves the ISR soon
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +46,7 @@ def fleet(ensemble, tmp_path_factory):
                 "zookeeper.session.timeout.ms": str(SESSION_MS),
                 "broker.rack": f"rack-{broker_id}",
                 "group.initial.rebalance.delay.ms": "0",
+                "replica.lag.time.max.ms": str(LAG_MS),
             })
             appliance.start(timeout_s=60)
             appliances.append(appliance)
@@ -63,9 +66,25 @@ def zk(ensemble):
     client.stop()
 
 
-def state(zk, partition: int) -> dict:
-    data, _ = zk.get(f"/brokers/topics/{TOPIC}/partitions/{partition}/state")
+def state(zk, partition: int, topic: str = TOPIC) -> dict:
+    data, _ = zk.get(f"/brokers/topics/{topic}/partitions/{partition}/state")
     return orjson.loads(data)
+
+
+def end_offset_for_epoch(node_port: int, partition: int, epoch: int, current: int):
+    """Ask a node OffsetForLeaderEpoch (v3, as followers do): (error, epoch, end offset)."""
+    from klog.protocol.apis import offset_for_leader_epoch as api
+    from klog.protocol.client import NEED_DATA, ClientConnection
+    connection = ClientConnection()
+    body = api.Request(replica_id=-1, topics=[api.OffsetForLeaderTopic(topic=TOPIC, partitions=[
+        api.OffsetForLeaderPartition(partition=partition, current_leader_epoch=current,
+                                     leader_epoch=epoch)])])
+    with socket.create_connection(("127.0.0.1", node_port), timeout=10) as sock:
+        sock.sendall(connection.send_request(api.SPEC.key, 3, body)[1])
+        while (answer := connection.next_response()) is NEED_DATA:
+            connection.receive_data(sock.recv(65536))
+    result = answer[1].topics[0].partitions[0]
+    return result.error_code, result.leader_epoch, result.end_offset
 
 
 def replica_batches(appliance: Appliance, partition: int) -> list[tuple] | None:
@@ -199,6 +218,16 @@ def test_killing_the_leader_appliance_loses_no_acknowledged_record(fleet, zk):
     after = state(zk, 0)
     assert after["leader_epoch"] > before[0]["leader_epoch"]
     assert after["leader"] in before[0]["isr"]
+    # the new leader says where the old epoch ended in its log: where its own began
+    new_port = fleet[after["leader"] // 100 - 1].port + after["leader"] % 100
+    error, epoch, old_end = wait_until(
+        lambda: (answer := end_offset_for_epoch(new_port, 0, before[0]["leader_epoch"],
+                                                after["leader_epoch"]))[0] != 6 and answer,
+        30, "the new leader to hear that it leads")  # 6: NOT_LEADER_OR_FOLLOWER, not yet
+    assert (error, epoch) == (0, before[0]["leader_epoch"]) and old_end > 0
+    stale = end_offset_for_epoch(new_port, 0, before[0]["leader_epoch"],
+                                 before[0]["leader_epoch"])
+    assert stale[0] == 74  # FENCED_LEADER_EPOCH: a caller that missed the election
     wait_until(lambda: len(writer.acked) >= acked_at_kill + 1500, 90,
                "acknowledgements from the new leaders")
     victim.start(timeout_s=60)
@@ -224,3 +253,39 @@ def test_killing_the_leader_appliance_loses_no_acknowledged_record(fleet, zk):
             "a record consumed twice"
         values_seen |= set(values)
     assert set(writer.acked.values()) <= values_seen
+
+
+def test_a_stalled_follower_leaves_the_isr_and_rejoins(fleet, zk):
+    """SIGSTOP of a follower's worker: after replica.lag.time.max.ms the leader drops it from
+    the ISR, so acks=all on a topic with min.insync.replicas=3 is refused (NOT_ENOUGH_REPLICAS)
+    while acks=1 still works; after SIGCONT it catches up and the leader takes it back."""
+    from klog import Producer as KlogProducer
+    from klog.errors import KafkaError
+    admin = AdminClient({"bootstrap.servers": fleet[0].bootstrap})
+    admin.create_topics([NewTopic("strict", 1, 3, config={"min.insync.replicas": "3"})]
+                        )["strict"].result(30)
+    wait_until(lambda: led(fleet[0].bootstrap, "strict", 1), 30, "a leader for strict")
+    wait_until(lambda: len(state(zk, 0, "strict")["isr"]) == 3, 30, "a full ISR")
+    current = state(zk, 0, "strict")
+    follower = next(r for r in current["isr"] if r != current["leader"])
+    pid = fleet[follower // 100 - 1].worker_pid(follower % 100)
+    bootstrap = fleet[current["leader"] // 100 - 1].bootstrap
+    strict = KlogProducer(bootstrap_servers=bootstrap, acks="all", retries=0)
+    relaxed = KlogProducer(bootstrap_servers=bootstrap, acks=1, retries=0)
+    try:
+        strict.send("strict", b"in sync", partition=0).result(30)
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            wait_until(lambda: follower not in state(zk, 0, "strict")["isr"], LAG_MS / 1000 + 30,
+                       "the stalled follower to leave the ISR")
+            with pytest.raises(KafkaError, match="NOT_ENOUGH_REPLICAS"):
+                strict.send("strict", b"refused", partition=0).result(30)
+            relaxed.send("strict", b"one copy is enough", partition=0).result(30)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        wait_until(lambda: follower in state(zk, 0, "strict")["isr"], 60,
+                   "the follower to catch up and rejoin the ISR")
+        strict.send("strict", b"in sync again", partition=0).result(30)
+    finally:
+        strict.close()
+        relaxed.close()
