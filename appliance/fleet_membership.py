@@ -14,12 +14,14 @@ from collections.abc import Callable
 from appliance.config import BrokerConfig
 from appliance.controller.fleet import FleetTopic, FleetView
 from appliance.controller.topics import (
+    INTERNAL_PREFIX,
     FleetNode,
     PartitionLeadership,
     TopicInfo,
     TopicResult,
     check_new_topic,
     check_partition_increase,
+    topic_log_config,
 )
 from appliance.identity import node_id_for
 from cluster.member import ClusterMember
@@ -97,6 +99,12 @@ class FleetMembership:
         refused = check_new_topic(name, partitions, configs, self.config.log_defaults)
         if refused is not None:
             return refused
+        min_insync = topic_log_config(self.config.log_defaults, configs).min_insync_replicas
+        if replication_factor < min_insync and not name.startswith(INTERNAL_PREFIX):
+            return TopicResult(name, ErrorCode.INVALID_REPLICATION_FACTOR,
+                               f"replication factor {replication_factor} is below "
+                               f"min.insync.replicas={min_insync}: no acks=all write could "
+                               f"ever be accepted")
         unreachable = self._unreachable(name)
         if unreachable is not None:
             return unreachable

@@ -307,6 +307,10 @@ class PartitionLog:
         self._high_watermark = offset
         return True
 
+    def reset_high_watermark(self, offset: int) -> None:
+        """A follower's high watermark is its leader's: set it, back too (within the log)."""
+        self._high_watermark = max(self._log_start_offset, min(offset, self._log_end_offset))
+
     def read_replica(self, offset: int, max_bytes: int) -> ReadSlice:
         """A follower's read: as :meth:`read`, but up to the log end, past the high
         watermark (the follower has to copy what is not committed yet)."""

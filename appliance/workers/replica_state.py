@@ -138,6 +138,10 @@ class Replication:
         self._unfollow(key)
         owned.leader_epoch = None
         owned.log.hold_high_watermark = True
+        if first:  # just opened: its high watermark was set to its log end, which may hold
+            # records the fleet never committed (and may truncate): the leader's word it is
+            owned.log.reset_high_watermark(owned.log.log_start_offset)
+            self.worker.partitions.publish(owned)
         self.roles[key] = Role(state.leader, state.leader_epoch, state.replicas, state.isr,
                                False)
         if state.leader < 0:
@@ -181,9 +185,13 @@ class Replication:
             return ErrorCode.NOT_ENOUGH_REPLICAS
         return None
 
-    def replica_read(self, replica_id: int, topic: str, index: int, fetch_offset: int):
+    def replica_read(self, replica_id: int, topic: str, index: int, fetch_offset: int,
+                     current_leader_epoch: int = -1):
         """A follower's fetch at `fetch_offset`: its log end is that now. Returns the read
-        function (up to the log end) or an ErrorCode."""
+        function (up to the log end) or an ErrorCode. A follower that names another leader
+        epoch than ours (KIP-320) is refused: an older one has not truncated for this epoch
+        yet (FENCED_LEADER_EPOCH), a newer one means we have not heard of it yet
+        (UNKNOWN_LEADER_EPOCH); either way it must not copy from this log now."""
         key = (topic, index)
         role = self.roles.get(key)
         owned = self.worker.partitions.get(topic, index)
@@ -191,6 +199,10 @@ class Replication:
             return ErrorCode.NOT_LEADER_OR_FOLLOWER
         if replica_id not in role.replicas:
             return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        if 0 <= current_leader_epoch < role.leader_epoch:
+            return ErrorCode.FENCED_LEADER_EPOCH
+        if current_leader_epoch > role.leader_epoch:
+            return ErrorCode.UNKNOWN_LEADER_EPOCH
         if fetch_offset <= owned.log.log_end_offset:
             role.follower_ends[replica_id] = fetch_offset
             end = owned.log.log_end_offset
@@ -259,6 +271,13 @@ class Replication:
             log.warning("%s-%d: ISR change to %s failed: %s", *key, list(isr), exc)
             return
         log.info("%s-%d: ISR -> %s: %s", *key, list(isr), error.name)
+        role = self.roles.get(key)
+        owned = self.worker.partitions.get(*key)
+        if (error == ErrorCode.NONE and role is not None and role.leading
+                and role.leader_epoch == leader_epoch and owned is not None):
+            # written behind our leader epoch: ours now, before the fleet's broadcast says so
+            role.isr = tuple(isr)
+            self._update_leader(key, owned, role)
 
     # acks=all ----------------------------------------------------------------------------
 

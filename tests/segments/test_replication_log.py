@@ -102,6 +102,10 @@ def test_the_leader_holds_its_high_watermark_for_replication(open_log):
     assert log.read_replica(0, 1 << 20).length > 0  # followers: up to the log end
     assert log.set_high_watermark(10) and log.high_watermark == 3  # never past the log end
     assert not log.set_high_watermark(1)  # never back
+    log.reset_high_watermark(1)  # ...except for a follower told so by its leader
+    assert log.high_watermark == 1
+    log.reset_high_watermark(99)
+    assert log.high_watermark == 3
 
 
 def test_truncation_by_the_leaders_epoch_answer(open_log, tmp_path):

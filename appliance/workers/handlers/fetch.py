@@ -35,15 +35,15 @@ def _read(worker, topic, part, budget, must_fill, replica_id=-1):
     if owned is None:
         error = worker.absent_partition_error(topic, part.partition)
         return _partition(part.partition, error), 0, True
-    limit = min(part.partition_max_bytes, budget)
-    if limit <= 0 and not must_fill:
-        return _partition(part.partition, ErrorCode.NONE, owned), 0, False
     read = owned.read
     if replica_id >= 0:  # a follower: past the high watermark, and its log end is noted
         read = worker.replication.replica_read(replica_id, topic, part.partition,
-                                               part.fetch_offset)
+                                               part.fetch_offset, part.current_leader_epoch)
         if isinstance(read, ErrorCode):
             return _partition(part.partition, read), 0, True
+    limit = min(part.partition_max_bytes, budget)
+    if limit <= 0 and not must_fill:
+        return _partition(part.partition, ErrorCode.NONE, owned), 0, False
     try:
         piece = read(part.fetch_offset, max(limit, 1))
     except OffsetOutOfRangeError:
