@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import socket
 import threading
@@ -87,11 +88,12 @@ def end_offset_for_epoch(node_port: int, partition: int, epoch: int, current: in
     return result.error_code, result.leader_epoch, result.end_offset
 
 
-def replica_batches(appliance: Appliance, partition: int) -> list[tuple] | None:
+def replica_batches(appliance: Appliance, partition: int, topic: str = TOPIC
+                    ) -> list[tuple] | None:
     """(base offset, last offset delta, leader epoch, crc) of every batch of this appliance's
     replica of the partition, read from its segment files; None if it holds no replica."""
     for disk in appliance.log_dirs:
-        directory = Path(disk) / f"{TOPIC}-{partition}"
+        directory = Path(disk) / f"{topic}-{partition}"
         if directory.is_dir():
             batches = []
             for path in sorted(directory.glob("*.log")):
@@ -113,9 +115,9 @@ def _headers(data: bytes):
         pos += header.size
 
 
-def all_replicas_equal(fleet) -> bool:
-    for partition in range(PARTITIONS):
-        copies = [replica_batches(a, partition) for a in fleet]
+def all_replicas_equal(fleet, topic: str = TOPIC, partitions: int = PARTITIONS) -> bool:
+    for partition in range(partitions):
+        copies = [replica_batches(a, partition, topic) for a in fleet]
         if any(c is None for c in copies) or not copies[0] or any(c != copies[0] for c in copies):
             return False
     return True
@@ -163,6 +165,15 @@ class Writer:
         self._thread.join(150)
 
 
+def kill_appliance(victim: Appliance) -> None:
+    """kill -9 of the supervisor, then of its workers: nothing of the appliance is left."""
+    pids = [pid for pid in victim.pids().values() if pid > 0]
+    victim.kill()
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
 def read_partition(bootstrap: str, partition: int, end: int) -> list[tuple[int, int]]:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"repl-check-{partition}",
                          "enable.auto.commit": False, "auto.offset.reset": "earliest"})
@@ -207,11 +218,7 @@ def test_killing_the_leader_appliance_loses_no_acknowledged_record(fleet, zk):
     victim = fleet[victim_id - 1]
     writer = Writer(",".join(a.bootstrap for a in fleet if a is not victim)).start()
     wait_until(lambda: len(writer.acked) >= 1500, 60, "acknowledgements before the kill")
-    pids = [pid for pid in victim.pids().values() if pid > 0]
-    victim.kill()  # the supervisor, then its workers: nothing of the appliance is left
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+    kill_appliance(victim)
     acked_at_kill = len(writer.acked)
     wait_until(lambda: state(zk, 0)["leader"] // 100 not in (-1, victim_id) and
                state(zk, 0)["leader"] >= 0, SESSION_MS / 1000 + 30, "a new leader")
@@ -297,3 +304,63 @@ def test_a_stalled_follower_leaves_the_isr_and_rejoins(fleet, zk):
     finally:
         strict.close()
         relaxed.close()
+
+
+def test_a_returning_leader_truncates_what_only_it_had(fleet, zk):
+    """The leader takes acks=1 records while both followers are stopped, then dies: a follower
+    leads in a new epoch without them, and the old leader, back, asks it where its epoch
+    ended (OffsetForLeaderEpoch) and truncates there before copying the new leader's log.
+    Every acks=all record survives; every replica ends with the same batches."""
+    from klog import Producer as KlogProducer
+    admin = AdminClient({"bootstrap.servers": fleet[0].bootstrap})
+    admin.create_topics([NewTopic("diverge", 1, 3, config={"min.insync.replicas": "2"})]
+                        )["diverge"].result(30)
+    wait_until(lambda: led(fleet[0].bootstrap, "diverge", 1), 30, "a leader for diverge")
+    wait_until(lambda: len(state(zk, 0, "diverge")["isr"]) == 3, 30, "a full ISR")
+    before = state(zk, 0, "diverge")
+    leader = fleet[before["leader"] // 100 - 1]
+    committed = KlogProducer(bootstrap_servers=leader.bootstrap, acks="all")
+    for i in range(100):
+        committed.send("diverge", f"{i}".encode(), partition=0)
+    committed.flush(30)
+    followers = [r for r in before["isr"] if r != before["leader"]]
+    pids = [fleet[r // 100 - 1].worker_pid(r % 100) for r in followers]
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        alone = KlogProducer(bootstrap_servers=leader.bootstrap, acks=1, retries=0)
+        for i in range(100, 150):  # acknowledged by the leader alone: never committed
+            alone.send("diverge", f"{i}".encode(), partition=0).result(10)
+        alone.close()
+        kill_appliance(leader)
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+    wait_until(lambda: state(zk, 0, "diverge")["leader"] in followers, SESSION_MS / 1000 + 30,
+               "a follower to lead")
+    assert state(zk, 0, "diverge")["leader_epoch"] > before["leader_epoch"]
+    survivor = next(a for a in fleet if a is not leader)
+    after = KlogProducer(bootstrap_servers=survivor.bootstrap, acks="all")
+    for i in range(1000, 1050):
+        after.send("diverge", f"{i}".encode(), partition=0)
+    after.flush(60)
+    after.close()
+    committed.close()
+    leader.start(timeout_s=60)
+    wait_until(lambda: len(state(zk, 0, "diverge")["isr"]) == 3, 60,
+               "the old leader to rejoin the ISR")
+    wait_until(lambda: all_replicas_equal(fleet, "diverge", 1), 60, "replicas alike")
+    # the followers may have had one fetch answered just before they stopped: the cut is at
+    # what the new leader holds of epoch 0, from 100 up
+    cut = re.search(r"diverge-0: truncating from 150 to (\d+) ", leader.log_text())
+    assert cut is not None and 100 <= int(cut.group(1)) < 150
+    kept = int(cut.group(1))
+    consumer = Consumer({"bootstrap.servers": survivor.bootstrap, "group.id": "diverge-check",
+                         "enable.auto.commit": False})
+    consumer.assign([TopicPartition("diverge", 0, 0)])
+    values = []
+    deadline = time.monotonic() + 60
+    while len(values) < kept + 50 and time.monotonic() < deadline:
+        values += [int(m.value()) for m in consumer.consume(200, timeout=1) if not m.error()]
+    consumer.close()
+    assert values == list(range(kept)) + list(range(1000, 1050))
