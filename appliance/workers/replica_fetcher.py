@@ -192,7 +192,7 @@ class ReplicaFetcher:
         if part.error_code != ErrorCode.NONE:
             error = ErrorCode(part.error_code)
             if error == ErrorCode.OFFSET_OUT_OF_RANGE:
-                self.partitions[key][1] = True  # compare epochs again
+                self._compare_again(key)
             log.info("%s-%d: leader %d answered %s", *key, self.leader, error.name)
             return False
         records = part.records
@@ -200,7 +200,14 @@ class ReplicaFetcher:
             records = bytes(records) if not isinstance(records, bytes | bytearray) else records
             try:
                 headers = [h for _, h in scan_batches(records, verify_crc=False)]
-                if headers and headers[0].base_offset == owned.log.log_end_offset:
+                if headers and headers[0].base_offset != owned.log.log_end_offset:
+                    # the leader's batch boundaries are not ours: compare epochs again
+                    log.warning("%s-%d: leader %d sent a batch at %d, our log ends at %d",
+                                *key, self.leader, headers[0].base_offset,
+                                owned.log.log_end_offset)
+                    self._compare_again(key)
+                    return False
+                if headers:
                     owned.log.append_replica(records, now_ms=self.worker.now_ms())
                     self.replication.appended(key, owned, headers)
             except (CorruptRecordError, CorruptBatchError, StorageError) as exc:
@@ -208,6 +215,12 @@ class ReplicaFetcher:
                 return False
         self.replication.set_follower_high_watermark(key, owned, part.high_watermark)
         return True
+
+    def _compare_again(self, key) -> None:
+        """Truncate by the leader's epochs again before the next fetch of `key`."""
+        entry = self.partitions.get(key)
+        if entry is not None:
+            entry[1] = True
 
 
 def truncation_offset(plog, ours: int, leader_epoch: int, end_offset: int) -> int:
