@@ -302,15 +302,22 @@ class Replication:
             return ErrorCode.REQUEST_TIMED_OUT
 
     def _release(self, key, high_watermark: int) -> None:
+        """Answer the acks=all appends the high watermark now covers. Committed with fewer
+        replicas in sync than min.insync.replicas (the ISR shrank while they waited), they
+        get Kafka's NOT_ENOUGH_REPLICAS_AFTER_APPEND: kept, but not as durable as asked."""
         waiting = self._committed_waiters.get(key)
         if not waiting:
             return
+        role, owned = self.roles.get(key), self.worker.partitions.get(*key)
+        short = (role is not None and owned is not None
+                 and len(role.isr) < owned.log.config.min_insync_replicas)
+        answer = ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND if short else ErrorCode.NONE
         keep = []
         for offset, future in waiting:
             if future.done():
                 continue
             if offset < high_watermark:
-                future.set_result(ErrorCode.NONE)
+                future.set_result(answer)
             else:
                 keep.append((offset, future))
         if keep:

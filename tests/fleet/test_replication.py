@@ -264,9 +264,11 @@ def test_killing_the_leader_appliance_loses_no_acknowledged_record(fleet, zk):
 
 def test_a_stalled_follower_leaves_the_isr_and_rejoins(fleet, zk):
     """A topic whose replication factor is below its min.insync.replicas is refused at
-    creation. SIGSTOP of a follower's worker: after replica.lag.time.max.ms the leader drops it
-    from the ISR, so acks=all on a topic with min.insync.replicas=3 is refused (NOT_ENOUGH_REPLICAS)
-    while acks=1 still works; after SIGCONT it catches up and the leader takes it back."""
+    creation. SIGSTOP of a follower's worker: after replica.lag.time.max.ms the leader drops
+    it from the ISR (the acks=all write that waited for it is answered
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND), so acks=all on a topic with min.insync.replicas=3 is
+    refused (NOT_ENOUGH_REPLICAS) while acks=1 still works; after SIGCONT it catches up and
+    the leader takes it back."""
     from klog import Producer as KlogProducer
     from klog.errors import KafkaError
     admin = AdminClient({"bootstrap.servers": fleet[0].bootstrap})
@@ -287,9 +289,14 @@ def test_a_stalled_follower_leaves_the_isr_and_rejoins(fleet, zk):
         strict.send("strict", b"in sync", partition=0).result(30)
         os.kill(pid, signal.SIGSTOP)
         try:
-            wait_until(lambda: follower not in state(zk, 0, "strict")["isr"], LAG_MS / 1000 + 30,
+            # appended, then committed only once the stalled follower left the ISR: with
+            # fewer copies than min.insync.replicas, which the producer is told
+            waiting = strict.send("strict", b"waits for the stalled follower", partition=0)
+            with pytest.raises(KafkaError, match="^NOT_ENOUGH_REPLICAS_AFTER_APPEND for"):
+                waiting.result(LAG_MS / 1000 + 30)
+            wait_until(lambda: follower not in state(zk, 0, "strict")["isr"], 30,
                        "the stalled follower to leave the ISR")
-            with pytest.raises(KafkaError, match="NOT_ENOUGH_REPLICAS"):
+            with pytest.raises(KafkaError, match="^NOT_ENOUGH_REPLICAS for"):
                 strict.send("strict", b"refused", partition=0).result(30)
             relaxed.send("strict", b"one copy is enough", partition=0).result(30)
         finally:
