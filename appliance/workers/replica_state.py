@@ -34,12 +34,14 @@ from dataclasses import dataclass, field
 
 from appliance.controller.topics import TopicInfo
 from appliance.segments.errors import StorageError
+from appliance.workers import hw_checkpoint
 from appliance.workers.producer_state import ProducerStates
 from klog.protocol.error_codes import ErrorCode
 
 log = logging.getLogger(__name__)
 
 ISR_RETRY_S = 1.0  # an ISR change that failed or is still in flight is asked again after this
+CHECKPOINT_INTERVAL_S = 5.0  # Kafka's replica.high.watermark.checkpoint.interval.ms
 
 
 @dataclass
@@ -65,6 +67,10 @@ class Replication:
         self.fetchers: dict[int, object] = {}  # leader node id -> ReplicaFetcher
         self.started = False
         self._lag_task: asyncio.Future | None = None
+        self._checkpoint_task: asyncio.Future | None = None
+        # the high watermarks this log dir's replicas had when last written (hw_checkpoint.py)
+        self._checkpointed = hw_checkpoint.read(worker.log_dir)
+        self._written = dict(self._checkpointed)
 
     def start(self) -> None:
         """On the running loop (fetchers are tasks): take the roles of every topic known."""
@@ -72,6 +78,7 @@ class Replication:
         for info in self.worker.controller.topics():
             self.apply(info)
         self._lag_task = asyncio.ensure_future(self._watch_lag())
+        self._checkpoint_task = asyncio.ensure_future(self._checkpoint_loop())
 
     @property
     def node_id(self) -> int:
@@ -92,7 +99,7 @@ class Replication:
             old = self.roles.get(key)
             if state.leader == self.node_id:
                 if old is None or not old.leading or old.leader_epoch != state.leader_epoch:
-                    self._become_leader(key, owned, state)
+                    self._become_leader(key, owned, state, first=old is None)
                 else:
                     old.replicas, old.isr = state.replicas, state.isr
                     self._update_leader(key, owned, old)
@@ -106,6 +113,8 @@ class Replication:
     def forget_topic(self, name: str) -> None:
         for key in [k for k in self.roles if k[0] == name]:
             self._drop(key)
+        for key in [k for k in self._checkpointed if k[0] == name]:
+            del self._checkpointed[key]
 
     def _drop(self, key) -> None:
         role = self.roles.pop(key, None)
@@ -118,8 +127,10 @@ class Replication:
             owned.leader_epoch = None
             owned.log.hold_high_watermark = False
 
-    def _become_leader(self, key, owned, state) -> None:
+    def _become_leader(self, key, owned, state, *, first: bool) -> None:
         self._unfollow(key)
+        if first:
+            self._start_high_watermark(key, owned)
         try:
             owned.log.start_leader_epoch(state.leader_epoch)
         except StorageError as exc:
@@ -138,10 +149,8 @@ class Replication:
         self._unfollow(key)
         owned.leader_epoch = None
         owned.log.hold_high_watermark = True
-        if first:  # just opened: its high watermark was set to its log end, which may hold
-            # records the fleet never committed (and may truncate): the leader's word it is
-            owned.log.reset_high_watermark(owned.log.log_start_offset)
-            self.worker.partitions.publish(owned)
+        if first:
+            self._start_high_watermark(key, owned)
         self.roles[key] = Role(state.leader, state.leader_epoch, state.replicas, state.isr,
                                False)
         if state.leader < 0:
@@ -154,6 +163,35 @@ class Replication:
             fetcher = self.fetchers[state.leader] = ReplicaFetcher(self, state.leader)
         fetcher.add(key, state.leader_epoch)
 
+    def _start_high_watermark(self, key, owned) -> None:
+        """A replica just opened has its high watermark at its log end, which may hold
+        records the fleet never committed (and may truncate): it starts from its checkpoint
+        instead (or its log start), and its leader, or its followers, move it on."""
+        checkpointed = self._checkpointed.pop(key, owned.log.log_start_offset)
+        owned.log.reset_high_watermark(checkpointed)
+        self.worker.partitions.publish(owned)
+
+    async def _checkpoint_loop(self) -> None:
+        while True:
+            await asyncio.sleep(CHECKPOINT_INTERVAL_S)
+            self.checkpoint()
+
+    def checkpoint(self) -> None:
+        """Write the replicas' high watermarks (hw_checkpoint.py) if any changed."""
+        entries = dict(self._checkpointed)  # replicas not reopened yet keep theirs
+        for key in self.roles:
+            owned = self.worker.partitions.get(*key)
+            if owned is not None and not owned.log.closed:
+                entries[key] = owned.log.high_watermark
+        if entries == self._written:
+            return
+        try:
+            hw_checkpoint.write(self.worker.log_dir, entries)
+            self._written = entries
+        except OSError as exc:
+            log.error("cannot write the high-watermark checkpoint of %s: %s",
+                      self.worker.log_dir, exc)
+
     def _unfollow(self, key) -> None:
         for leader, fetcher in list(self.fetchers.items()):
             fetcher.remove(key)
@@ -163,8 +201,10 @@ class Replication:
 
     def stop(self) -> None:
         self.started = False
-        if self._lag_task is not None:
-            self._lag_task.cancel()
+        for task in (self._lag_task, self._checkpoint_task):
+            if task is not None:
+                task.cancel()
+        self.checkpoint()
         for fetcher in self.fetchers.values():
             fetcher.stop()
         self.fetchers.clear()

@@ -260,6 +260,26 @@ def test_killing_the_leader_appliance_loses_no_acknowledged_record(fleet, zk):
             "a record consumed twice"
         values_seen |= set(values)
     assert set(writer.acked.values()) <= values_seen
+    # each log dir keeps its replicas' high watermarks (Kafka's replication-offset-checkpoint)
+    wait_until(lambda: all(past_the_first_test(checkpointed(a)) for a in fleet), 30,
+               "high-watermark checkpoints")
+
+
+def checkpointed(appliance: Appliance) -> dict[int, int]:
+    """TOPIC's partitions -> high watermark, from the appliance's checkpoint files."""
+    found = {}
+    for disk in appliance.log_dirs:
+        path = Path(disk) / "replication-offset-checkpoint"
+        if path.exists():
+            for line in path.read_text().splitlines()[2:]:
+                topic, partition, offset = line.split()
+                if topic == TOPIC:
+                    found[int(partition)] = int(offset)
+    return found
+
+
+def past_the_first_test(found: dict[int, int]) -> bool:
+    return sorted(found) == list(range(PARTITIONS)) and all(v > 1000 for v in found.values())
 
 
 def test_a_stalled_follower_leaves_the_isr_and_rejoins(fleet, zk):
