@@ -109,10 +109,14 @@ async def _after_sync(worker, to_sync, result, timeout_ms=30_000):
             response.error_code = int(ErrorCode.KAFKA_STORAGE_ERROR)
             response.error_message = f"fdatasync failed: {outcome}"
             response.base_offset = -1
+    replicated = [entry for entry in to_sync
+                  if worker.replication.leader_epoch(entry[0], entry[1]) is not None]
+    if not replicated:  # single copies: durable on this disk is committed
+        return result
     committed = await asyncio.gather(*(
         worker.replication.wait_committed(topic, index, last_offset, max(timeout_ms, 0) / 1000)
-        for topic, index, last_offset, _ in to_sync))
-    for (_, _, _, response), error in zip(to_sync, committed):
+        for topic, index, last_offset, _ in replicated))
+    for (_, _, _, response), error in zip(replicated, committed):
         if error != ErrorCode.NONE and response.error_code == 0:
             response.error_code = int(error)
             response.base_offset = -1
