@@ -78,6 +78,8 @@ class BrokerConfig:
     worker_restart_backoff_ms: int = 100
     worker_restart_backoff_max_ms: int = 30_000
     worker_heartbeat_timeout_ms: int = 30_000
+    # replication: a follower that has not caught up for this long leaves the ISR
+    replica_lag_time_max_ms: int = 30_000
     # consumer groups (Kafka's keys; klog's smaller defaults suit one appliance's disks)
     offsets_topic_num_partitions: int = 16
     offsets_topic_segment_bytes: int = 16 * 1024 * 1024
@@ -212,6 +214,8 @@ KEYS: dict[str, tuple[str, object]] = {
     "log.message.timestamp.type": ("log.message_timestamp_type", _text),
     "message.max.bytes": ("log.max_message_bytes", _int(0)),
     "file.delete.delay.ms": ("log.file_delete_delay_ms", _int(0)),
+    "min.insync.replicas": ("log.min_insync_replicas", _int(1)),
+    "replica.lag.time.max.ms": ("replica_lag_time_max_ms", _int(1)),
 }
 
 # Kafka lets the finer unit win: log.retention.ms over .minutes over .hours, roll.ms over .hours.

@@ -34,6 +34,7 @@ from appliance.workers.groups.offsets_log import OFFSETS_TOPIC
 from appliance.workers.handlers import HANDLERS
 from appliance.workers.handlers.api_versions import advertised_versions
 from appliance.workers.owned_partitions import OwnedPartitions
+from appliance.workers.replica_state import Replication
 from appliance.workers.shared_state import Publisher, RemoteLogs
 from appliance.workers.statistics import MetricsPublisher, WorkerStatistics
 from appliance.workers.waiters import AppendWaiters
@@ -70,6 +71,7 @@ class Worker:
         self.committer = GroupCommitter(on_sync=self.statistics.group_commit_synced
                                         if self.statistics.enabled else None)
         self.groups = GroupCoordinator(self)
+        self.replication = Replication(self)  # cluster mode's leader and follower roles
         self.handlers = dict(HANDLERS)
         self.advertised_api_versions = advertised_versions(set(self.handlers))
         self.connections: set[KafkaConnection] = set()
@@ -187,12 +189,14 @@ class Worker:
 
     def _on_topic_change(self, name, info) -> None:
         if info is None:
+            self.replication.forget_topic(name)
             self.remote.forget(name)
             self.partitions.close_topic(name, delete=True)
             if name == OFFSETS_TOPIC:
                 self.groups.unload_all()
         else:
             self.partitions.open_topic(info, now_ms=self.now_ms())
+            self.replication.apply(info)
             if name == OFFSETS_TOPIC:
                 self.groups.load_owned()
 
@@ -211,6 +215,7 @@ class Worker:
                        asyncio.ensure_future(self._close_idle_connections()),
                        asyncio.ensure_future(MetricsPublisher(self).run())]
         self.groups.start()
+        self.replication.start()
         self._tasks.append(asyncio.ensure_future(self._watch_remote_appends()))
 
     @property
@@ -224,6 +229,7 @@ class Worker:
         for task in self._tasks:
             task.cancel()
         self.groups.stop()
+        self.replication.stop()
         deadline = time.monotonic() + 2.0
         while (any(c.answers_pending for c in self.connections)
                and time.monotonic() < deadline):
