@@ -5,7 +5,10 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-APT_PACKAGES := kcat systemd zookeeper iptables
+# tests/ops scrapes with a real Prometheus (promtool comes with it)
+APT_PACKAGES := kcat systemd zookeeper iptables prometheus
+# tests/deploy boots Debian hosts: debootstrap builds their root, systemd-nspawn boots them
+APT_PACKAGES += debootstrap systemd-container
 # Spark 4 (tests/pipeline, the load in `make run`) needs Java 17 or 21; bookworm has 17
 JDK_PACKAGE := openjdk-17-jre-headless
 PYTEST_ARGS ?=
@@ -37,6 +40,7 @@ deps:
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/ansible-lint --offline -q playbooks/
 
 # the compiled record codec must be the one in use (it is optional at install time), and the
 # codec and client tests run again on the pure-Python fallback, the reference

@@ -60,6 +60,14 @@ class BrokerConfig:
     default_replication_factor: int = 1
     auto_create_topics_enable: bool = True
     socket_request_max_bytes: int = 100 * 1024 * 1024
+    # protecting each worker (a Kafka node) from clients: Kafka's keys and defaults
+    connections_max_idle_ms: int = 600_000
+    max_connections: int = 2**31 - 1
+    max_connections_per_ip: int = 2**31 - 1
+    # Prometheus metrics served by the supervisor on 127.0.0.1 unless metrics.host says
+    # otherwise; off without metrics.port
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
     log_retention_check_interval_ms: int = 300_000
     # cluster mode (cluster/): without zookeeper.connect the appliance runs alone
     zookeeper_connect: str | None = None
@@ -70,6 +78,8 @@ class BrokerConfig:
     worker_restart_backoff_ms: int = 100
     worker_restart_backoff_max_ms: int = 30_000
     worker_heartbeat_timeout_ms: int = 30_000
+    # replication: a follower that has not caught up for this long leaves the ISR
+    replica_lag_time_max_ms: int = 30_000
     # consumer groups (Kafka's keys; klog's smaller defaults suit one appliance's disks)
     offsets_topic_num_partitions: int = 16
     offsets_topic_segment_bytes: int = 16 * 1024 * 1024
@@ -144,6 +154,13 @@ def _minutes_to_ms(text: str) -> int:
     return _int(-1)(text) * 60_000 if text.strip() != "-1" else -1
 
 
+def _port(text: str) -> int:
+    value = _int(1)(text)
+    if value > 65535:
+        raise ValueError(f"must be a TCP port (<= 65535), got {value}")
+    return value
+
+
 def _text(text: str) -> str:
     return text.strip()
 
@@ -161,6 +178,11 @@ KEYS: dict[str, tuple[str, object]] = {
     "auto.create.topics.enable": ("auto_create_topics_enable", _bool),
     "socket.request.max.bytes": ("socket_request_max_bytes", _int(1024)),
     "log.retention.check.interval.ms": ("log_retention_check_interval_ms", _int(1)),
+    "connections.max.idle.ms": ("connections_max_idle_ms", _int(1)),
+    "max.connections": ("max_connections", _int(1)),
+    "max.connections.per.ip": ("max_connections_per_ip", _int(1)),
+    "metrics.port": ("metrics_port", _port),
+    "metrics.host": ("metrics_host", _text),
     "zookeeper.connect": ("zookeeper_connect", _zookeeper_connect),
     "zookeeper.session.timeout.ms": ("zookeeper_session_timeout_ms", _int(1000)),
     "zookeeper.connection.timeout.ms": ("zookeeper_connection_timeout_ms", _int(100)),
@@ -192,6 +214,8 @@ KEYS: dict[str, tuple[str, object]] = {
     "log.message.timestamp.type": ("log.message_timestamp_type", _text),
     "message.max.bytes": ("log.max_message_bytes", _int(0)),
     "file.delete.delay.ms": ("log.file_delete_delay_ms", _int(0)),
+    "min.insync.replicas": ("log.min_insync_replicas", _int(1)),
+    "replica.lag.time.max.ms": ("replica_lag_time_max_ms", _int(1)),
 }
 
 # Kafka lets the finer unit win: log.retention.ms over .minutes over .hours, roll.ms over .hours.

@@ -14,12 +14,14 @@ from collections.abc import Callable
 from appliance.config import BrokerConfig
 from appliance.controller.fleet import FleetTopic, FleetView
 from appliance.controller.topics import (
+    INTERNAL_PREFIX,
     FleetNode,
     PartitionLeadership,
     TopicInfo,
     TopicResult,
     check_new_topic,
     check_partition_increase,
+    topic_log_config,
 )
 from appliance.identity import node_id_for
 from cluster.member import ClusterMember
@@ -29,6 +31,8 @@ from klog.protocol.error_codes import ErrorCode
 log = logging.getLogger(__name__)
 
 RECONNECT_WAIT_S = 3.0  # an admin request waits this long for a suspended session to return
+# an ISR change waits less: the asking worker's loop waits with it (it is asked again later)
+ISR_WAIT_S = 0.5
 
 
 class FleetUnavailableError(RuntimeError):
@@ -90,11 +94,27 @@ class FleetMembership:
             topics[name] = FleetTopic(name, tuple(leadership), dict(topic.config))
         return FleetView(nodes, topics, snapshot.controller)
 
+    def metrics_facts(self) -> dict[str, int]:
+        """What the metrics say of the fleet (`appliance.metrics.collector`); any thread."""
+        view = self.view()
+        offline = sum(1 for topic in view.topics.values() for p in topic.leadership
+                      if p.leader not in view.nodes)
+        return {"klog_zookeeper_connected": int(self.member.state == CONNECTED),
+                "klog_controller_active": int(self.member.is_controller),
+                "klog_controller_epoch": self.member.snapshot().controller_epoch,
+                "klog_offline_partitions": offline}
+
     def create_topic(self, name: str, partitions: int, replication_factor: int,
                      configs: dict[str, str], *, validate_only: bool) -> TopicResult:
         refused = check_new_topic(name, partitions, configs, self.config.log_defaults)
         if refused is not None:
             return refused
+        min_insync = topic_log_config(self.config.log_defaults, configs).min_insync_replicas
+        if replication_factor < min_insync and not name.startswith(INTERNAL_PREFIX):
+            return TopicResult(name, ErrorCode.INVALID_REPLICATION_FACTOR,
+                               f"replication factor {replication_factor} is below "
+                               f"min.insync.replicas={min_insync}: no acks=all write could "
+                               f"ever be accepted")
         unreachable = self._unreachable(name)
         if unreachable is not None:
             return unreachable
@@ -132,6 +152,18 @@ class FleetMembership:
             return unreachable
         result = self.member.delete_topic(name)
         return TopicResult(name, result.error, result.message)
+
+    def alter_isr(self, topic: str, partition: int, leader: int, leader_epoch: int,
+                  isr: tuple[int, ...]) -> ErrorCode:
+        if not self.member.wait_connected(ISR_WAIT_S):
+            return ErrorCode.REQUEST_TIMED_OUT
+        try:
+            error = self.member.alter_isr(topic, partition, leader, leader_epoch, isr)
+        except ZooKeeperUnavailable as exc:
+            log.warning("ISR of %s-%d not changed: %s", topic, partition, exc)
+            return ErrorCode.REQUEST_TIMED_OUT
+        self.member.wake()
+        return error
 
     def allocate_producer_id(self) -> int:
         """The next id of this appliance's fleet-wide block; -1 while ZooKeeper cannot be

@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 
 from appliance import sd_notify
-from appliance.config import BrokerConfig, check_advertised_listener
+from appliance.config import BrokerConfig, ConfigError, check_advertised_listener
 from appliance.controller.catalog import Catalog, cluster_id
 from appliance.controller.decisions import ApplianceController
 from appliance.controller.fleet import FleetDecisions
@@ -35,6 +35,7 @@ from appliance.exit_codes import BOOT_ERROR, DISK_FAILED, describe_exit
 from appliance.fleet_membership import FleetMembership
 from appliance.forking import DirectForker, ForkError, ForkServer
 from appliance.identity import DiskIdentity, claim_log_dir, node_id_for
+from appliance.metrics.server import MetricsEndpoint
 from appliance.shm.appliance_region import ApplianceRegion
 from appliance.workers.main import worker_main
 
@@ -71,6 +72,7 @@ class Supervisor:
         self._last_watchdog = 0.0
         self.sockets: list[socket.socket] = []
         self.fleet: FleetMembership | None = None  # cluster mode only
+        self.metrics: MetricsEndpoint | None = None  # with metrics.port only
 
     # start -------------------------------------------------------------------------------
 
@@ -86,6 +88,7 @@ class Supervisor:
             else:
                 controller, cluster = self._run_alone()
             self._claim_log_dirs(cluster)
+            self._serve_metrics()
             # slots first: a worker told about a new topic must find its partitions' slots
             self.region.follow(controller)
             self.control = ControlServer(controller, cluster_id=cluster,
@@ -103,8 +106,10 @@ class Supervisor:
         catalog = Catalog(self.config.log_dirs[0])
         for problem in catalog.problems:
             log.error("catalog: %s", problem)
-        self.forker = DirectForker(self._worker_child, signals=HANDLED_SIGNALS,
-                                   close_in_child=self._inherited_by_children)
+        # the metrics endpoint is a thread: then workers come from a fork server (forking.py)
+        forker = DirectForker if self.config.metrics_port is None else ForkServer
+        self.forker = forker(self._worker_child, signals=HANDLED_SIGNALS,
+                             close_in_child=self._inherited_by_children)
         controller = ApplianceController(catalog, defaults=self.config.log_defaults,
                                          default_partitions=self.config.num_partitions,
                                          worker_count=len(self.config.log_dirs))
@@ -124,6 +129,21 @@ class Supervisor:
             default_replication_factor=self.config.default_replication_factor)
         controller.refresh()
         return controller, self.fleet.cluster_id
+
+    def _serve_metrics(self) -> None:
+        """Start the Prometheus endpoint when metrics.port is set (after the fork server)."""
+        if self.config.metrics_port is None:
+            return
+        host, port = self.config.metrics_host, self.config.metrics_port
+        endpoint = MetricsEndpoint(
+            self.region, host=host, port=port,
+            heartbeat_timeout_ms=self.config.worker_heartbeat_timeout_ms, fleet=self.fleet)
+        try:
+            endpoint.start()
+        except OSError as exc:
+            raise ConfigError(f"metrics.port: cannot listen on {host}:{port}: "
+                              f"{exc.strerror or exc}") from None
+        self.metrics = endpoint
 
     def _wake(self) -> None:
         """Any thread: make the loop run a pass now (kazoo's callbacks use it)."""
@@ -361,6 +381,8 @@ class Supervisor:
             sd_notify.notify("WATCHDOG=1")
 
     def _shutdown(self) -> None:
+        if self.metrics is not None:
+            self.metrics.stop()
         if self.fleet is not None:
             self.fleet.stop()  # our nodes leave the fleet now, not after a session timeout
         forker = getattr(self, "forker", None)

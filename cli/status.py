@@ -5,7 +5,7 @@ liveness, restarts, partitions, offsets, sizes, rates) is what the supervisor an
 publish there. Rates are the difference of two snapshots `--interval` seconds apart; messages
 out are estimated from bytes out and the partition's bytes per message in, because workers
 serve batches without counting the records inside them. Consumer groups and their lag come
-from the reports the coordinating workers leave in their log dirs (cli/status_groups.py).
+from the reports the coordinating workers publish in their shm metrics areas (cli/status_groups.py).
 """
 
 from __future__ import annotations
@@ -45,10 +45,10 @@ def run(args) -> int:
         before = region.snapshot()
         time.sleep(max(args.interval, 0.0))
         after = region.snapshot()
+        groups = read_groups(region, after.workers)
     finally:
         region.close()
     per_second = rates(before, after)
-    groups = read_groups(after.workers)
     if args.json:
         document = after.to_dict()
         for partition in document["partitions"]:

@@ -1,7 +1,7 @@
 """The "Consumer groups" part of `klog status`: the lag reports the coordinators leave.
 
-Each worker that coordinates groups rewrites ``<its log dir>/.klog-groups.json`` every second
-(`appliance.lag_report`), so status needs no network call here either. A report
+Each worker that coordinates groups publishes its lag report in its shm metrics area every
+second (`appliance.lag_report`), so status needs no network call here either. A report
 older than its worker's current incarnation was left by an earlier one (a restart, or a
 previous run of the appliance) and is ignored: the live worker rewrites it within a second if
 it still coordinates those groups. When two reports name the same group (it moved between
@@ -10,20 +10,18 @@ workers), the newer wins.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from rich.markup import escape
 from rich.table import Table
 
 from appliance.lag_report import read_lag_report
 
 
-def read_groups(workers) -> list[dict]:
+def read_groups(region, workers) -> list[dict]:
     """Every group of every worker's current report, each with the coordinating worker's
     index and the report's time, sorted by group id."""
     newest: dict[str, dict] = {}
     for w in workers:
-        report = read_lag_report(Path(w.log_dir))
+        report = read_lag_report(region, w.index)
         if not report or report.get("updated_ms", 0) < w.started_at_ms:
             continue
         for group in report.get("groups", []):

@@ -18,15 +18,16 @@ Kafka's own paths and JSON, so Kafka's tools can read them:
 | `/controller_epoch` | persistent | the controller epoch as text; bumped in the same multi that creates `/controller` |
 | `/brokers/ids/<node>` | ephemeral | Kafka's v5 registration: host, port, endpoints, rack; one per serving worker |
 | `/brokers/topics/<t>` | persistent | `{"version":2,"partitions":{"0":[101,201]},"adding_replicas":{},"removing_replicas":{}}` |
-| `/brokers/topics/<t>/partitions/<p>/state` | persistent | `{"version":1,"leader":101,"leader_epoch":0,"isr":[101,201],"controller_epoch":3}`, written by the controller only, with a conditional set |
+| `/brokers/topics/<t>/partitions/<p>/state` | persistent | `{"version":1,"leader":101,"leader_epoch":0,"isr":[101,201],"controller_epoch":3}`, written with a conditional set by the controller (leaders, dead nodes out of the ISR) and by the leader's appliance (ISR changes, `isr.py`) |
 | `/config/topics/<t>` | persistent | `{"version":1,"config":{...}}`: the topic's overrides |
 | `/admin/delete_topics/<t>` | persistent | a request to delete `t`, carried out by the controller |
 | `/latest_producer_id_block` | persistent | Kafka's block of producer ids last handed out (conditional set) |
 | `/klog/appliances/<broker.id>` | ephemeral | klog's own: the appliance (rack, host) as one failure domain |
 
 **Rules.** Any appliance may create a topic (assignment and config in one multi) or ask for
-a deletion, as Kafka's admin client did; only the elected controller writes partition
-states and carries out deletions, and every one of its writes is a multi that first checks
-the version of `/controller_epoch` it was elected with, so a deposed controller (paused,
-partitioned, expired) can no longer write. Leaders come from the ISR only.
+a deletion, as Kafka's admin client did; only the elected controller elects leaders and
+carries out deletions, and every one of its writes is a multi that first checks the version
+of `/controller_epoch` it was elected with, so a deposed controller (paused, partitioned,
+expired) can no longer write. A leader's appliance changes only its partition's ISR, with a
+version check that a new election defeats (`isr.py`). Leaders come from the ISR only.
 """

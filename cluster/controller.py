@@ -7,12 +7,12 @@ and starts every later write with a check of it (`FencedWriter`): once another a
 been elected, or our session has expired, every write fails with `Fenced` instead of landing.
 
 `reconcile` brings partition states in line with the fleet, level-triggered from a snapshot:
-a new partition gets its first state (leader: first live replica; ISR: the live replicas);
-a partition whose leader is not live gets the first live replica of its ISR, in assignment
-order, with leader_epoch + 1 (none: leader -1, the ISR kept, as Kafka: no unclean election);
-dead nodes leave the ISR of partitions whose leader lives; requested deletions are carried
-out. Each state is written with its expected version, so a state changed meanwhile is left
-for the next pass.
+new partitions get their first states in one multi per topic (leader: first live replica;
+ISR: the live replicas); a partition whose leader is not live gets the first live replica of
+its ISR, in assignment order, with leader_epoch + 1 (none: leader -1, the ISR kept, as Kafka:
+no unclean election); dead nodes leave the ISR of partitions whose leader lives; requested
+deletions are carried out. Each state is written with its expected version, so a state
+changed meanwhile is left for the next pass.
 """
 
 from __future__ import annotations
@@ -98,21 +98,44 @@ def reconcile(writer: FencedWriter, snapshot: FleetSnapshot) -> int:
     for name, topic in sorted(snapshot.topics.items()):
         if name in snapshot.deleting:
             continue
+        fresh = [p for p in sorted(topic.replicas) if p not in topic.states]
+        if fresh:
+            writes += _create_states(writer, topic, fresh, live)
         for partition, replicas in sorted(topic.replicas.items()):
-            writes += _settle_partition(writer, topic, partition, replicas, live)
+            if partition in topic.states:
+                writes += _settle_partition(writer, topic, partition, replicas, live)
     return writes
+
+
+def _create_states(writer: FencedWriter, topic: TopicState, partitions: list[int],
+                   live: set[int]) -> int:
+    """First states of a new topic's (or its added) partitions, in one multi: each leader
+    is its first live replica, each ISR its live replicas."""
+    epoch = writer.election.epoch
+    states = {}
+    for partition in partitions:
+        replicas = topic.replicas[partition]
+        isr = tuple(r for r in replicas if r in live) or replicas
+        states[partition] = znodes.PartitionState(elect_leader(replicas, isr, live), 0, isr,
+                                                  epoch)
+    parents = [znodes.partitions_path(topic.name)] + [
+        znodes.partition_path(topic.name, p) for p in partitions]
+    missing = [path for path, got in zip(parents, writer.session.get_many(parents))
+               if got is None]
+
+    def build(tx) -> None:
+        for path in missing:
+            tx.create(path, b"")
+        for partition, state in states.items():
+            tx.create(znodes.state_path(topic.name, partition), state.encode())
+    return _write(writer, build, f"{znodes.topic_path(topic.name)} (new partitions)")
 
 
 def _settle_partition(writer: FencedWriter, topic: TopicState, partition: int,
                       replicas: tuple[int, ...], live: set[int]) -> int:
     epoch = writer.election.epoch
     path = znodes.state_path(topic.name, partition)
-    current = topic.states.get(partition)
-    if current is None:
-        isr = tuple(r for r in replicas if r in live) or replicas
-        state = znodes.PartitionState(elect_leader(replicas, isr, live), 0, isr, epoch)
-        return _write(writer, _create_state(writer.session, topic.name, partition, state), path)
-    state, version = current
+    state, version = topic.states[partition]
     if state.leader not in live:
         leader = elect_leader(replicas, state.isr, live)
         if leader == state.leader:
@@ -127,20 +150,6 @@ def _settle_partition(writer: FencedWriter, topic: TopicState, partition: int,
     log.info("%s-%d: leader %d -> %d (epoch %d), isr %s", topic.name, partition, state.leader,
              new.leader, new.leader_epoch, list(new.isr))
     return _write(writer, lambda tx: tx.set_data(path, new.encode(), version=version), path)
-
-
-def _create_state(session: Session, topic: str, partition: int, state: znodes.PartitionState):
-    """The multi that creates a partition's first state, with whichever of its parents
-    (`.../partitions`, `.../partitions/<p>`, as Kafka lays them out) do not exist yet."""
-    missing = [path for path in (znodes.partitions_path(topic),
-                                 znodes.partition_path(topic, partition))
-               if session.call("exists", path) is None]
-
-    def build(tx) -> None:
-        for path in missing:
-            tx.create(path, b"")
-        tx.create(znodes.state_path(topic, partition), state.encode())
-    return build
 
 
 def _write(writer: FencedWriter, build, path: str) -> int:

@@ -50,59 +50,63 @@ def _children(session: Session, path: str, watch) -> list[str]:
         return []
 
 
-def _get(session: Session, path: str, watch=None):
-    """(data, stat), or (None, None) for a missing node, watched for its creation too."""
-    try:
-        return session.call("get", path, watch=watch)
-    except NoNodeError:
-        if watch is not None and session.call("exists", path, watch=watch) is not None:
-            return _get(session, path, watch)  # created between the two calls
-        return None, None
-
-
 def read_fleet(session: Session, watch) -> FleetSnapshot:
-    """One consistent-enough pass over the fleet's znodes. Raises ZooKeeperUnavailable."""
-    brokers = {}
-    for child in _children(session, znodes.BROKER_IDS, watch):
-        data, _ = _get(session, znodes.broker_path(int(child)))
-        if data is not None:
-            path = znodes.broker_path(int(child))
-            brokers[int(child)] = znodes.BrokerRegistration.decode(int(child), data, path)
-    appliances = {}
-    for child in _children(session, znodes.APPLIANCES, watch):
-        data, _ = _get(session, znodes.appliance_path(int(child)))
-        if data is not None:
-            appliances[int(child)] = znodes.ApplianceRegistration.decode(
-                data, znodes.appliance_path(int(child)))
-    topics = {name: topic for name in _children(session, znodes.TOPICS, watch)
-              if (topic := _read_topic(session, name, watch)) is not None}
-    controller, owner = -1, 0
-    data, stat = _get(session, znodes.CONTROLLER, watch)
-    if data is not None:
-        controller, owner = znodes.ControllerRecord.decode(data, znodes.CONTROLLER).broker_id, \
-            stat.ephemeralOwner
-    epoch, epoch_version = 0, -1
-    data, stat = _get(session, znodes.CONTROLLER_EPOCH, watch)
-    if data is not None:
-        epoch, epoch_version = znodes.decode_epoch(data), stat.version
+    """One consistent-enough pass over the fleet's znodes, in a few pipelined round trips
+    (lists, then the nodes they name, then every partition's state). Raises
+    ZooKeeperUnavailable."""
+    broker_ids = [int(c) for c in _children(session, znodes.BROKER_IDS, watch)]
+    appliance_ids = [int(c) for c in _children(session, znodes.APPLIANCES, watch)]
+    names = _children(session, znodes.TOPICS, watch)
     deleting = frozenset(_children(session, znodes.DELETE_TOPICS, watch))
+    unwatched = ([znodes.broker_path(b) for b in broker_ids] +
+                 [znodes.appliance_path(a) for a in appliance_ids] +
+                 [znodes.topic_config_path(n) for n in names])
+    found = iter(session.get_many(unwatched))
+    brokers = {}
+    for broker_id in broker_ids:
+        if (got := next(found)) is not None:
+            path = znodes.broker_path(broker_id)
+            brokers[broker_id] = znodes.BrokerRegistration.decode(broker_id, got[0], path)
+    appliances = {}
+    for appliance_id in appliance_ids:
+        if (got := next(found)) is not None:
+            path = znodes.appliance_path(appliance_id)
+            appliances[appliance_id] = znodes.ApplianceRegistration.decode(got[0], path)
+    configs = {name: got for name in names if (got := next(found)) is not None}
+    controller_node, epoch_node, *assignment_nodes = session.get_many(
+        [znodes.CONTROLLER, znodes.CONTROLLER_EPOCH] + [znodes.topic_path(n) for n in names],
+        watch)
+    controller, owner = -1, 0
+    if controller_node is not None:
+        data, stat = controller_node
+        controller = znodes.ControllerRecord.decode(data, znodes.CONTROLLER).broker_id
+        owner = stat.ephemeralOwner
+    epoch, epoch_version = 0, -1
+    if epoch_node is not None:
+        epoch, epoch_version = znodes.decode_epoch(epoch_node[0]), epoch_node[1].version
+    assignments = {name: (znodes.TopicAssignment.decode(got[0], znodes.topic_path(name)),
+                          got[1].version)
+                   for name, got in zip(names, assignment_nodes) if got is not None}
+    topics = _read_states(session, assignments, configs, watch)
     return FleetSnapshot(brokers, appliances, topics, controller, owner, epoch, epoch_version,
                          deleting)
 
 
-def _read_topic(session: Session, name: str, watch) -> TopicState | None:
-    data, stat = _get(session, znodes.topic_path(name), watch)
-    if data is None:
-        return None
-    assignment = znodes.TopicAssignment.decode(data, znodes.topic_path(name))
-    states = {}
-    for partition in assignment.partitions:
-        path = znodes.state_path(name, partition)
-        state_data, state_stat = _get(session, path, watch)
-        if state_data is not None:
-            states[partition] = (znodes.PartitionState.decode(state_data, path),
-                                 state_stat.version)
-    config_data, _ = _get(session, znodes.topic_config_path(name))
-    config = (znodes.TopicConfig.decode(config_data, znodes.topic_config_path(name)).config
-              if config_data is not None else {})
-    return TopicState(name, assignment.partitions, stat.version, states, config)
+def _read_states(session: Session, assignments: dict, configs: dict,
+                 watch) -> dict[str, TopicState]:
+    wanted = [(name, partition) for name, (assignment, _) in assignments.items()
+              for partition in assignment.partitions]
+    found = session.get_many([znodes.state_path(n, p) for n, p in wanted], watch)
+    states: dict[str, dict] = {name: {} for name in assignments}
+    for (name, partition), got in zip(wanted, found):
+        if got is not None:
+            path = znodes.state_path(name, partition)
+            states[name][partition] = (znodes.PartitionState.decode(got[0], path),
+                                       got[1].version)
+    topics = {}
+    for name, (assignment, version) in assignments.items():
+        path = znodes.topic_config_path(name)
+        config = znodes.TopicConfig.decode(configs[name][0], path).config \
+            if name in configs else {}
+        topics[name] = TopicState(name, assignment.partitions, version, states[name], config)
+    return topics

@@ -23,6 +23,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from cluster import isr as isr_changes
 from cluster import znodes
 from cluster.controller import Election, Fenced, FencedWriter, elect, reconcile
 from cluster.fleet_view import FleetSnapshot, read_fleet
@@ -301,6 +302,17 @@ class ClusterMember:
         self.wake()
         self.wait_for(lambda s: name not in s.topics, CREATE_WAIT_S)
         return AdminResult()
+
+    def alter_isr(self, topic: str, partition: int, leader: int, leader_epoch: int,
+                  isr: tuple[int, ...]) -> ErrorCode:
+        """A local leader's ISR change (`cluster.isr`: a conditional set by the leader's
+        appliance). Raises ZooKeeperUnavailable."""
+        topic_state = self._snapshot.topics.get(topic)
+        replicas = topic_state.replicas.get(partition) if topic_state is not None else None
+        error = isr_changes.alter_isr(self.session, topic, partition, leader, leader_epoch,
+                                      isr, replicas)
+        self.wake()
+        return error
 
     def allocate_producer_ids(self) -> range:
         """A block of producer ids no other appliance will hand out (Kafka's conditional set

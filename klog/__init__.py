@@ -14,7 +14,14 @@ Example::
         print(record.topic, record.partition, record.offset, record.value)
 
 The asyncio flavour, with the same API over the same protocol state, is `klog.aio`.
+
+The clients log through the standard `logging` module under the ``klog`` logger
+(connections, metadata changes, rebalances, retries, failed commits). As a library it only
+adds a NullHandler: nothing is printed unless the application configures logging, e.g.
+``logging.basicConfig(level=logging.INFO)`` or ``logging.getLogger("klog").setLevel(...)``.
 """
+
+import logging as _logging
 
 from klog.admin import Admin, PartitionInfo, TopicDescription
 from klog.consumer import Consumer
@@ -45,6 +52,8 @@ from klog.types import (
     RecordMetadata,
     TopicPartition,
 )
+
+_logging.getLogger("klog").addHandler(_logging.NullHandler())
 
 __all__ = [
     "Admin",

@@ -13,10 +13,13 @@ then spread over those workers. Other brokers are read from the leader, as Kafka
 
 from __future__ import annotations
 
+import logging
 import zlib
 
 from klog.protocol.apis import metadata
 from klog.protocol.error_codes import ErrorCode
+
+log = logging.getLogger(__name__)
 
 NO_LEADER = -1
 APPLIANCE_RACK_PREFIX = "klog-appliance-"
@@ -95,6 +98,7 @@ class ClusterMetadata:
     def update(self, response, now_ms: int) -> None:
         self._in_flight = False
         self.last_error = None
+        before_brokers, before_leaders = self.brokers, dict(self.leaders)
         self.brokers = {b.node_id: (b.host, b.port) for b in response.brokers}
         self.racks = {b.node_id: b.rack for b in response.brokers}
         stale = False
@@ -112,13 +116,27 @@ class ClusterMetadata:
                     leaders[p.partition_index] = p.leader_id
             self.leaders[topic.name] = tuple(leaders)
             stale = stale or NO_LEADER in leaders
+        self._log_changes(before_brokers, before_leaders)
         self._updated_ms = now_ms
         self._stale = stale
         self._retry_at_ms = now_ms + self.retry_backoff_ms if stale else 0
         self.version += 1
 
+    def _log_changes(self, brokers: dict, leaders: dict) -> None:
+        if brokers != self.brokers:
+            log.info("metadata: brokers now %s",
+                     ", ".join(f"{n}={h}:{p}" for n, (h, p) in sorted(self.brokers.items())))
+        for topic, now in self.leaders.items():
+            if leaders.get(topic) != now:
+                log.info("metadata: leaders of %r now %s", topic, list(now))
+        for topic, code in self.errors.items():
+            if topic in leaders:
+                log.info("metadata: topic %r: %s", topic, code.name)
+
     def failed(self, now_ms: int, reason: str | None = None) -> None:
         """The Metadata request got no answer: retry after the backoff."""
+        log.info("metadata request failed: %s; retrying in %d ms", reason,
+                 self.retry_backoff_ms)
         self.last_error = reason
         self._in_flight = False
         self._stale = True

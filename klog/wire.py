@@ -14,6 +14,7 @@ closed connection, a refused connect, ``request_timeout_ms`` without an answer).
 from __future__ import annotations
 
 import contextlib
+import logging
 import selectors
 import socket
 import time
@@ -29,6 +30,8 @@ from klog.protocol.exceptions import ProtocolError
 
 __all__ = ["BrokerConnection", "Network", "connect_any", "parse_bootstrap"]
 
+log = logging.getLogger(__name__)
+
 RECV_BYTES = 1 << 20
 MAX_FRAME_BYTES = 256 * 1024 * 1024  # a Fetch can carry fetch_max_bytes (50 MiB by default)
 
@@ -43,7 +46,9 @@ class BrokerConnection:
         try:
             self.sock = socket.create_connection((host, port), timeout=timeout_s)
         except OSError as exc:
+            log.warning("cannot connect to %s: %s", self.address, exc)
             raise BrokerUnavailableError(f"cannot connect to {self.address}: {exc}") from None
+        log.debug("connected to %s", self.address)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.codec = ClientConnection(client_id=client_id, max_frame_bytes=MAX_FRAME_BYTES)
         self.closed = False
@@ -142,6 +147,7 @@ class Network:
         self._bootstrap = bootstrap_servers
         self._client_id = client_id
         self._timeout_s = request_timeout_ms / 1000
+        self._closing = False
         self._address_of = address_of
         self._connections: dict[tuple[int | None, str], BrokerConnection] = {}
         self._pending: dict[BrokerConnection, deque[tuple[int, Outgoing, float]]] = {}
@@ -219,6 +225,12 @@ class Network:
 
     def _fail_connection(self, conn: BrokerConnection, error: KlogError) -> None:
         conn.close()
+        lost = self._pending.get(conn, ())
+        if lost and not self._closing:
+            log.warning("connection to %s lost with %d request(s) in flight: %s", conn.address,
+                        len(lost), error)
+        else:
+            log.info("connection to %s closed: %s", conn.address, error)
         for _, request, _ in self._pending.pop(conn, ()):
             self._events.append((request, error))
         with contextlib.suppress(KeyError, ValueError):
@@ -252,6 +264,7 @@ class Network:
                 pass
 
     def close(self) -> None:
+        self._closing = True  # requests lost now are ours to drop: no warning
         for conn in list(self._pending):
             self._fail_connection(conn, BrokerUnavailableError("the client was closed"))
         self._events.clear()

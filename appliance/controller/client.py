@@ -74,6 +74,12 @@ class ControllerClient:
     def allocate_producer_id(self) -> int:
         return self._request({"op": "allocate_producer_id"})["producer_id"]
 
+    def alter_isr(self, topic: str, partition: int, leader_epoch: int,
+                  isr: list[int]) -> ErrorCode:
+        reply = self._request({"op": "alter_isr", "topic": topic, "partition": partition,
+                               "leader_epoch": leader_epoch, "isr": list(isr)})
+        return ErrorCode(reply["error"])
+
     # plumbing ----------------------------------------------------------------------------
 
     def tell(self, message: dict) -> None:

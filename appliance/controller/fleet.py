@@ -29,6 +29,7 @@ from appliance.controller.topics import (
 )
 from appliance.identity import NODES_PER_APPLIANCE
 from appliance.segments.config import LogConfig
+from klog.protocol.error_codes import ErrorCode
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +128,15 @@ class FleetDecisions:
 
     def allocate_producer_id(self) -> int:
         return self.fleet.allocate_producer_id()
+
+    def alter_isr(self, topic: str, partition: int, worker_index: int, leader_epoch: int,
+                  isr: list[int]) -> ErrorCode:
+        """A local worker that leads `topic`-`partition` asks for a new ISR (see
+        `cluster.isr`); the workers hear of the new state with the fleet's next snapshot."""
+        leader = self.broker_id * NODES_PER_APPLIANCE + worker_index
+        error = self.fleet.alter_isr(topic, partition, leader, leader_epoch, tuple(isr))
+        self.refresh()
+        return error
 
     # following the fleet -------------------------------------------------------------------
 

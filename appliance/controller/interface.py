@@ -12,6 +12,7 @@ from typing import Protocol
 
 from appliance.controller.topics import FleetNode, TopicInfo, TopicResult
 from appliance.segments.config import LogConfig
+from klog.protocol.error_codes import ErrorCode
 
 TopicListener = Callable[[str, TopicInfo | None], None]
 ReloadListener = Callable[[dict], None]
@@ -51,6 +52,13 @@ class Controller(Protocol):
     def allocate_producer_id(self) -> int:
         """A producer id no other producer has; -1 when none can be had now (cluster mode,
         ZooKeeper unreachable): a retriable condition."""
+
+    def alter_isr(self, topic: str, partition: int, leader_epoch: int,
+                  isr: list[int]) -> ErrorCode:
+        """Cluster mode: this worker leads the partition in `leader_epoch` and asks for its ISR
+        to become `isr` (Kafka's AlterPartition). NONE once written; FENCED_LEADER_EPOCH or
+        NOT_LEADER_OR_FOLLOWER when the partition moved on meanwhile (the broadcast of its
+        new state follows); REQUEST_TIMED_OUT while ZooKeeper cannot be reached."""
 
     def add_listener(self, listener: TopicListener) -> None:
         """`listener(name, info)` runs after a topic is created (info) or deleted (None)."""

@@ -19,6 +19,7 @@ from appliance.controller.channel import (
 )
 from appliance.controller.decisions import ApplianceController
 from appliance.controller.fleet import FleetDecisions
+from klog.protocol.error_codes import ErrorCode
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +112,13 @@ class ControlServer:
             reply = {"error": int(result.error), "message": result.message}
         elif op == "allocate_producer_id":
             reply = {"producer_id": self.controller.allocate_producer_id()}
+        elif op == "alter_isr":  # alone there is no replication, so no ISR to change
+            error = (self.controller.alter_isr(message["topic"], message["partition"],
+                                               channel.index, message["leader_epoch"],
+                                               message["isr"])
+                     if isinstance(self.controller, FleetDecisions)
+                     else ErrorCode.INVALID_REQUEST)
+            reply = {"error": int(error)}
         else:
             raise ControlChannelError(f"unknown request {op!r} from worker {channel.index}")
         channel.send({"op": "reply", "id": message.get("id"), **reply})

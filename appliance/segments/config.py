@@ -47,6 +47,9 @@ class LogConfig:
     message_timestamp_type: str = "CreateTime"
     max_message_bytes: int = 1048588  # largest record batch accepted
     file_delete_delay_ms: int = 60_000  # how long a deleted segment stays readable as .deleted
+    # Replication's, kept with the topic's other settings: acks=all appends are refused while
+    # fewer replicas than this are in sync (1: the leader alone suffices).
+    min_insync_replicas: int = 1
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -66,6 +69,7 @@ class LogConfig:
         _at_least(self, "flush_ms", 0)
         _at_least(self, "max_message_bytes", 0)
         _at_least(self, "file_delete_delay_ms", 0)
+        _at_least(self, "min_insync_replicas", 1)
         if self.message_timestamp_type not in TIMESTAMP_TYPES:
             raise ValueError(
                 f"message.timestamp.type must be one of {', '.join(TIMESTAMP_TYPES)}, "

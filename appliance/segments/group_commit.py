@@ -23,6 +23,7 @@ in that round (with the StorageError); later requests try again.
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import Future
 from dataclasses import dataclass
 
@@ -39,7 +40,10 @@ class GroupCommitStatistics:
 class GroupCommitter:
     """One per worker. Start it, hand its :meth:`request` futures to appenders, close it last."""
 
-    def __init__(self, *, name: str = "klog-group-commit"):
+    def __init__(self, *, name: str = "klog-group-commit", on_sync=None):
+        """`on_sync(waiters, seconds, failed)`, if given, hears of every sync from the
+        committer's thread (the worker's metrics; it must be quick and must not raise)."""
+        self._on_sync = on_sync
         self._pending: dict[int, tuple[object, int, list[Future]]] = {}  # id(log) -> ...
         self._cond = threading.Condition()
         self._closed = False
@@ -100,15 +104,20 @@ class GroupCommitter:
                 self._sync(log, offset, futures)
 
     def _sync(self, log, offset: int, futures: list[Future]) -> None:
+        began = time.monotonic()
         try:
             durable = log.flush_through(offset)
         except BaseException as exc:  # noqa: BLE001 - handed to the waiters, never lost
+            if self._on_sync is not None:
+                self._on_sync(len(futures), time.monotonic() - began, True)
             with self._cond:
                 self._stats.syncs += 1
                 self._stats.failures += 1
             for future in futures:
                 future.set_exception(exc)
             return
+        if self._on_sync is not None:
+            self._on_sync(len(futures), time.monotonic() - began, False)
         with self._cond:
             self._stats.syncs += 1
         for future in futures:

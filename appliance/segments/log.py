@@ -34,8 +34,9 @@ from klog.protocol import record_batch as rb
 from . import faults, log_reads, policy, retention
 from .attach import AttachPoint
 from .config import LONG_MAX, LogConfig
-from .errors import LogClosedError, StorageError, storage_errors
+from .errors import CorruptRecordError, LogClosedError, StorageError, storage_errors
 from .layout import fsync_directory, write_state
+from .leader_epochs import LeaderEpochCache
 from .log_loader import load_segments
 from .log_reads import EMPTY_SLICE, BatchPosition, ReadSlice
 from .recovery_scan import RecoveryReport
@@ -94,6 +95,10 @@ class PartitionLog:
         self._last_flush_ms = now_ms
         self._flush_policy = config.flush_messages < LONG_MAX or config.flush_ms < LONG_MAX
         self._closed = False
+        # Replication holds the high watermark back (leader: until the ISR has the records;
+        # follower: until its leader says so); alone, it follows the log end.
+        self.hold_high_watermark = False
+        self._epochs: LeaderEpochCache | None = None
 
     @classmethod
     def open(cls, directory: str, config: LogConfig, *, now_ms: int, verify: str = "tail",
@@ -209,13 +214,107 @@ class PartitionLog:
             with contextlib.suppress(OSError):  # best effort: recovery would cut them anyway
                 segment.discard_tail(segment.size, segment.size + len(view))
             raise StorageError.from_os_error(exc, path=segment.path, operation="append to") from exc
-        self._log_end_offset = self._high_watermark = segment.next_offset
+        self._log_end_offset = segment.next_offset
+        if not self.hold_high_watermark:
+            self._high_watermark = self._log_end_offset
         self._unflushed_messages += record_count
         if self._flush_policy:
             self.flush_if_due(now_ms=now_ms)
         return AppendInfo(first, self._log_end_offset - 1,
                           -1 if append_time is None else append_time,
                           record_count, len(spans), self._log_start_offset)
+
+    def append_replica(self, records, *, now_ms: int) -> AppendInfo:
+        """A follower's append: the leader's batches as they are, offsets and leader epochs
+        kept. Each batch is checked as a produced one (CRC, lengths) and must continue the log
+        exactly (its base offset is the log end, then each batch follows the previous one);
+        otherwise CorruptRecordError and nothing is written. A batch opening a newer leader
+        epoch adds it to the leader-epoch cache first. The high watermark is not moved: the
+        leader's fetch responses move it (:meth:`set_high_watermark`). Raises StorageError,
+        LogClosedError as :meth:`append`."""
+        if self._closed:
+            raise LogClosedError(self.directory)
+        view = memoryview(records)
+        if view.format != "B" or view.ndim != 1:
+            view = view.cast("B")
+        config = self.config
+        spans, record_count, offset_count = validate_append(
+            view, path=self.directory, segment_bytes=config.segment_bytes,
+            max_message_bytes=config.max_message_bytes)
+        first = self._log_end_offset
+        expected = first
+        for rel, _, delta, _ in spans:
+            header = rb.read_header(view[rel:])
+            if header.base_offset != expected:
+                raise CorruptRecordError(
+                    f"replicated batch at offset {header.base_offset} does not continue the "
+                    f"log, which ends at {expected}", path=self.directory, position=rel)
+            if header.partition_leader_epoch > self.leader_epochs.latest_epoch:
+                with storage_errors(self.directory, "write the leader-epoch checkpoint in"):
+                    self.leader_epochs.assign(header.partition_leader_epoch, expected)
+            expected += delta + 1
+        segment = self.segments.active
+        if policy.roll_reason(
+            size_bytes=segment.size, append_bytes=len(view), now_ms=now_ms,
+            rolling_base_ms=segment.rolling_base_ms, index_full=segment.index_full,
+            relative_last_offset=first + offset_count - 1 - segment.base_offset,
+            segment_bytes=config.segment_bytes, segment_ms=config.segment_ms,
+        ):
+            segment = self._roll(now_ms)
+        try:
+            segment.append(view, spans, first, append_time_ms=None, leader_epoch=None)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                segment.discard_tail(segment.size, segment.size + len(view))
+            raise StorageError.from_os_error(exc, path=segment.path, operation="append to") from exc
+        self._log_end_offset = segment.next_offset
+        self._unflushed_messages += record_count
+        if self._flush_policy:
+            self.flush_if_due(now_ms=now_ms)
+        return AppendInfo(first, self._log_end_offset - 1, -1, record_count, len(spans),
+                          self._log_start_offset)
+
+    # -- replication: leader epochs and the high watermark ------------------------------------
+
+    @property
+    def leader_epochs(self) -> LeaderEpochCache:
+        """The partition's leader-epoch cache (``leader_epochs.py``), loaded on first use (a
+        log that is never replicated never reads or writes it), rebuilt from the batch headers
+        when its file is missing, and cut to the log end (a crash may have lost a tail)."""
+        if self._epochs is None:
+            with storage_errors(self.directory, "read the leader-epoch checkpoint in"):
+                cache = LeaderEpochCache.load(self.directory,
+                                              (h for _, h in self.iter_batch_headers()))
+                cache.truncate_from_end(self._log_end_offset)
+            self._epochs = cache
+        return self._epochs
+
+    def start_leader_epoch(self, epoch: int) -> None:
+        """This replica leads from now on in ``epoch``: its batches from the log end on carry
+        it (pass it to :meth:`append`). Raises StorageError."""
+        with storage_errors(self.directory, "write the leader-epoch checkpoint in"):
+            self.leader_epochs.assign(epoch, self._log_end_offset)
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """OffsetForLeaderEpoch's answer: ``(epoch, end offset)``, see leader_epochs.py."""
+        return self.leader_epochs.end_offset_for(epoch, self._log_end_offset)
+
+    def set_high_watermark(self, offset: int) -> bool:
+        """Move the high watermark (never past the log end, never back); True if it moved."""
+        offset = min(offset, self._log_end_offset)
+        if offset <= self._high_watermark:
+            return False
+        self._high_watermark = offset
+        return True
+
+    def reset_high_watermark(self, offset: int) -> None:
+        """A follower's high watermark is its leader's: set it, back too (within the log)."""
+        self._high_watermark = max(self._log_start_offset, min(offset, self._log_end_offset))
+
+    def read_replica(self, offset: int, max_bytes: int) -> ReadSlice:
+        """A follower's read: as :meth:`read`, but up to the log end, past the high
+        watermark (the follower has to copy what is not committed yet)."""
+        return log_reads.read(self, offset, max_bytes, end_offset=self._log_end_offset)
 
     def roll(self, *, now_ms: int) -> None:
         """Start a new active segment at the log end offset (no-op if the active one is empty).
@@ -326,7 +425,11 @@ class PartitionLog:
         """Remove offsets >= ``offset`` (whole batches: the log end may land below ``offset``;
         for replication). Below every segment, empty the log and restart it at ``offset``.
         Returns the new log end offset. Raises StorageError."""
-        return retention.truncate_to(self, offset, now_ms)
+        end = retention.truncate_to(self, offset, now_ms)
+        if self._epochs is not None:
+            with storage_errors(self.directory, "write the leader-epoch checkpoint in"):
+                self._epochs.truncate_from_end(end)
+        return end
 
     def set_end_offsets(self, end: int) -> None:
         """After a truncation (retention.py): the log end, and what may not exceed it."""

@@ -52,10 +52,11 @@ class BatchPosition(NamedTuple):
     position: int
 
 
-def read(plog, offset: int, max_bytes: int) -> ReadSlice:
-    """See :meth:`PartitionLog.read`."""
+def read(plog, offset: int, max_bytes: int, end_offset: int | None = None) -> ReadSlice:
+    """See :meth:`PartitionLog.read`; ``end_offset`` replaces the high watermark as the
+    bound (a follower's read, :meth:`PartitionLog.read_replica`)."""
     check_range(plog, offset)
-    high_watermark = plog.high_watermark
+    high_watermark = plog.high_watermark if end_offset is None else end_offset
     if offset >= high_watermark:
         return EMPTY_SLICE
     for segment in plog.segments.starting_at(offset):

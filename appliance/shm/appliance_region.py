@@ -54,6 +54,7 @@ class ApplianceRegion:
         self.partitions = region.partitions
         self.workers = region.workers
         self.fetch_out = region.fetch_out
+        self.metrics = region.metrics
         self._claimed: set[tuple[int, int]] = set()  # (index, pid): survives no fork
 
     @classmethod

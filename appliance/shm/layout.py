@@ -11,12 +11,13 @@ K = index_entries)::
     workers_offset       W worker slots          WORKER_SLOT_BYTES (384) each
     partitions_offset    P partition slots       partition_slot_bytes each (page-aligned start)
     out_offset           W fetch-out tables      out_table_bytes each (page-aligned start)
+    metrics_offset       W metrics areas         METRICS_AREA_BYTES (256 KiB) each
 
     total_bytes = page_up(page_up(page_up(4096 + 384 W) + P (320 + line_up(80 + 8 K)))
-                          + W line_up(64 + 24 P))
+                          + W line_up(64 + 24 P)) + W 262144
 
-    W=16, P=16384, K=64 (the defaults):  21.0 MiB      W=4,  P=4096,  K=64:  4.1 MiB
-    W=16, P=65536, K=64:                 84.0 MiB      W=64, P=65536, K=64:  156 MiB
+    W=16, P=16384, K=64 (the defaults):  25.0 MiB      W=4,  P=4096,  K=64:  5.1 MiB
+    W=16, P=65536, K=64:                 88.0 MiB      W=64, P=65536, K=64:  172 MiB
     Docker's default /dev/shm is 64 MB: size P to the appliance (creation fails cleanly with
     the figure when /dev/shm is too small; it never SIGBUSes later, see ``region``).
 
@@ -29,6 +30,7 @@ Who writes what (single writer per seqlocked entry):
     partition log part         the owner worker (offsets, sizes, counters, hot index ring);
                                the supervisor only inside alloc, before any owner exists
     fetch-out table of worker w  worker w (bytes/records it served, one cell per partition slot)
+    metrics area of worker w     worker w (its statistics and consumer-lag report, ~2 per second)
 
 Versioning: ``LAYOUT_VERSION`` changes with any change below. The first 56 bytes of the header
 (magic, version, sizes, supervisor pid and start ticks) keep their offsets forever, so a newer
@@ -44,7 +46,7 @@ from typing import NamedTuple
 
 MAGIC = b"KLOGSHM\x01"
 MAGIC_PREFIX = b"KLOGSHM"  # what every version's magic starts with
-LAYOUT_VERSION = 1
+LAYOUT_VERSION = 2  # 2: the per-worker metrics areas
 PAGE = 4096
 LINE = 64
 SEQ = struct.Struct("<Q")  # the u64 sequence opening every seqlocked entry (seqlock.load/store
@@ -196,6 +198,20 @@ OUT_CELL = struct.Struct(
 )
 OUT_TABLE_HEAD = LINE
 
+# -- metrics area of one worker (metrics_offset + w * METRICS_AREA_BYTES) ------------------------
+# One seqlocked entry: the sequence, this head, then `length` bytes of an orjson document (the
+# worker's statistics and lag report; `appliance.shm.metrics_area` documents its keys). A
+# document is rewritten whole, so one sequence guards it all; readers copy it and decode.
+METRICS_AREA_BYTES = 256 * 1024
+METRICS_HEAD = struct.Struct(
+    "<"
+    "i"  # 8   pid          the writer: a document of an earlier incarnation is told apart
+    "I"  # 12  length       bytes of the document that follow the head
+    "q"  # 16  updated_ms   wall clock of the write
+)
+METRICS_DOCUMENT_OFFSET = SEQ_BYTES + METRICS_HEAD.size  # 24
+METRICS_DOCUMENT_MAX_BYTES = METRICS_AREA_BYTES - METRICS_DOCUMENT_OFFSET
+
 
 @dataclass(frozen=True)
 class Geometry:
@@ -237,8 +253,17 @@ class Geometry:
         return page_up(self.partitions_offset + self.partition_slot_bytes * self.max_partitions)
 
     @property
-    def total_bytes(self) -> int:
+    def metrics_offset(self) -> int:
         return page_up(self.out_offset + self.out_table_bytes * self.max_workers)
+
+    @property
+    def total_bytes(self) -> int:
+        return self.metrics_offset + METRICS_AREA_BYTES * self.max_workers
+
+    def metrics_area(self, worker: int) -> int:
+        if not 0 <= worker < self.max_workers:
+            raise IndexError(f"worker index {worker} out of range [0, {self.max_workers})")
+        return self.metrics_offset + METRICS_AREA_BYTES * worker
 
     def worker_slot(self, index: int) -> int:
         """Offset of worker slot ``index`` (its static part; the live part follows)."""

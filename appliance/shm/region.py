@@ -47,6 +47,7 @@ from .layout import (
     read_header,
     write_header,
 )
+from .metrics_area import MetricsAreas
 from .partition_table import PartitionTable
 from .status import Snapshot, snapshot
 from .worker_table import WorkerTable
@@ -99,6 +100,7 @@ class Region:
         self.partitions = PartitionTable(buf, self.geometry)
         self.workers = WorkerTable(buf, self.geometry)
         self.fetch_out = FetchOutTable(buf, self.geometry)
+        self.metrics = MetricsAreas(buf, self.geometry)
 
     @property
     def generation(self) -> int:

@@ -6,7 +6,12 @@ requests), so answers queue behind the oldest unanswered request. Handlers answe
 a body, or later through an awaitable (a long-polling fetch, an acks=all produce waiting for
 group commit). Record bytes of fetch responses arrive as `FileRegion` chunks and leave with
 `loop.sendfile`, straight from the segment file. Reading pauses while too many responses are
-pending, so one client cannot make the worker buffer without bound.
+pending, or while the transport's write buffer is above its high-water mark (a client that
+does not read its answers), so one client cannot make the worker buffer without bound: what a
+connection holds is at most one partial request (up to `socket.request.max.bytes`), the
+requests of one read, and responses up to the write high-water mark plus the ones in flight.
+Admission (`max.connections`, `max.connections.per.ip`) and the idle timeout are the
+`ConnectionGuard`'s decisions (`appliance.workers.connection_limits`).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import asyncio
 import inspect
 import logging
 import socket
+import time
 from collections import deque
 
 from klog.protocol.chunks import FileRegion
@@ -24,6 +30,7 @@ from klog.protocol.server import NEED_DATA, ProtocolError, ServerConnection, err
 log = logging.getLogger(__name__)
 
 MAX_PENDING_RESPONSES = 128
+WRITE_BUFFER_HIGH_BYTES = 1 << 20  # above this, stop reading the client's requests
 NO_RESPONSE = object()  # a handler's answer when Kafka sends none (Produce with acks=0)
 
 
@@ -49,34 +56,59 @@ class KafkaConnection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
         self.peer_host = ""
-        self._queue: deque = deque()  # (request, body | Future)
+        self._queue: deque = deque()  # (request, body | Future, monotonic time read)
         self._writer: asyncio.Task | None = None
         self._reading_paused = False
+        self._writing_paused = False
         self._closed = False
+        self._admitted = False
+        self._host = "?"
+        self.last_received_s = time.monotonic()
 
     # asyncio callbacks -------------------------------------------------------------------
 
     def connection_made(self, transport) -> None:
         self.transport = transport
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self._host = peer[0] if peer else "?"
+        if not self.worker.guard.admit(self._host):
+            log.debug("refusing %s: over max.connections or max.connections.per.ip", self.peer)
+            self._closed = True
+            transport.abort()
+            return
+        self._admitted = True
+        transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH_BYTES)
         sock = transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        peer = transport.get_extra_info("peername")
-        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.peer_host = f"/{peer[0]}" if peer else ""  # Kafka's client_host form
         self.worker.connections.add(self)
 
     def connection_lost(self, exc) -> None:
         self._closed = True
+        if not self._admitted:
+            return
+        self._admitted = False
+        self.worker.guard.release(self._host)
         self.worker.connections.discard(self)
-        for _, result in self._queue:
+        for _, result, _ in self._queue:
             if isinstance(result, asyncio.Future):
                 result.cancel()
         self._queue.clear()
         if self._writer is not None:
             self._writer.cancel()
 
+    def pause_writing(self) -> None:
+        self._writing_paused = True
+        self._update_reading()
+
+    def resume_writing(self) -> None:
+        self._writing_paused = False
+        self._update_reading()
+
     def data_received(self, data: bytes) -> None:
+        self.last_received_s = now = time.monotonic()
         self.codec.receive_data(data)
         while not self._closed:
             try:
@@ -88,11 +120,22 @@ class KafkaConnection(asyncio.Protocol):
             if request is NEED_DATA:
                 break
             request.client_host = self.peer_host
-            self._queue.append((request, self._dispatch(request)))
-        if len(self._queue) >= MAX_PENDING_RESPONSES and not self._reading_paused:
-            self._reading_paused = True
-            self.transport.pause_reading()
+            self._queue.append((request, self._dispatch(request), now))
+        self._update_reading()
         self._flush()
+
+    def _update_reading(self) -> None:
+        """Stop reading requests while too many answers are owed or the client is not reading
+        them; start again once half the queue has drained and the write buffer has too."""
+        if self._closed:
+            return
+        if self._writing_paused or len(self._queue) >= MAX_PENDING_RESPONSES:
+            if not self._reading_paused:
+                self._reading_paused = True
+                self.transport.pause_reading()
+        elif self._reading_paused and len(self._queue) < MAX_PENDING_RESPONSES // 2:
+            self._reading_paused = False
+            self.transport.resume_reading()
 
     # dispatch ----------------------------------------------------------------------------
 
@@ -136,12 +179,15 @@ class KafkaConnection(asyncio.Protocol):
         if self._writer is not None or self._closed:
             return
         while self._queue:
-            request, result = self._queue[0]
+            request, result, received = self._queue[0]
             if isinstance(result, asyncio.Future):
                 if not result.done():
                     break
                 result = self._result_of(request, result)
             self._queue.popleft()
+            self.worker.statistics.request_done(
+                request, time.monotonic() - received,
+                request.error is not None or getattr(result, "error_code", 0) != 0)
             if result is NO_RESPONSE:
                 continue
             try:
@@ -155,9 +201,7 @@ class KafkaConnection(asyncio.Protocol):
                 self._writer = asyncio.ensure_future(self._write_with_sendfile(chunks))
                 return
             self.transport.writelines(chunks)
-        if self._reading_paused and len(self._queue) < MAX_PENDING_RESPONSES // 2:
-            self._reading_paused = False
-            self.transport.resume_reading()
+        self._update_reading()
 
     def _result_of(self, request, future: asyncio.Future):
         if future.cancelled():
@@ -195,7 +239,7 @@ class KafkaConnection(asyncio.Protocol):
     @property
     def answers_pending(self) -> int:
         """Requests read whose answers have not all been written yet."""
-        return len(self._queue)
+        return len(self._queue) + (self._writer is not None)
 
     def close(self) -> None:
         if not self._closed:

@@ -21,6 +21,7 @@ from klog.protocol.error_codes import ErrorCode
 if TYPE_CHECKING:  # the worker's own parts: imported for their types only
     from appliance.workers.groups.coordinator import GroupCoordinator
     from appliance.workers.owned_partitions import OwnedPartitions
+    from appliance.workers.replica_state import Replication
     from appliance.workers.waiters import AppendWaiters
 
 
@@ -36,6 +37,7 @@ class HandlerContext(Protocol):
     groups: GroupCoordinator
     committer: GroupCommitter  # acks=all and group commits wait on its fdatasync
     waiters: AppendWaiters  # long-polling fetches wait here for appends
+    replication: Replication  # cluster mode: leader epochs, followers, the high watermark
     advertised_api_versions: list  # ApiVersions' answer, from the handlers this worker has
 
     def now_ms(self) -> int: ...

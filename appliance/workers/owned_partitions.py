@@ -36,6 +36,7 @@ class OwnedPartition:
     log: PartitionLog
     producers: ProducerStates
     publication: object = None  # where the shm region mirrors it (shared_state.Publication)
+    leader_epoch: int | None = None  # replicated and led here: stamped into appended batches
 
 
 @dataclass(frozen=True)
@@ -129,7 +130,7 @@ class OwnedPartitions:
             if verdict is not Verdict.APPEND:
                 return AppendOutcome(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
         try:
-            info = owned.log.append(records, now_ms=now_ms)
+            info = owned.log.append(records, now_ms=now_ms, leader_epoch=owned.leader_epoch)
         except CorruptRecordError as exc:
             return AppendOutcome(ErrorCode.CORRUPT_MESSAGE, message=str(exc))
         except CorruptBatchError as exc:

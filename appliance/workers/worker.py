@@ -28,12 +28,15 @@ from appliance.shm.appliance_region import ApplianceRegion
 from appliance.shm.partition_table import FreeSlotError
 from appliance.shm.seqlock import TornEntryError
 from appliance.workers.connection import KafkaConnection
+from appliance.workers.connection_limits import ConnectionGuard, is_idle, sweep_interval_s
 from appliance.workers.groups.coordinator import GroupCoordinator
 from appliance.workers.groups.offsets_log import OFFSETS_TOPIC
 from appliance.workers.handlers import HANDLERS
 from appliance.workers.handlers.api_versions import advertised_versions
 from appliance.workers.owned_partitions import OwnedPartitions
+from appliance.workers.replica_state import Replication
 from appliance.workers.shared_state import Publisher, RemoteLogs
+from appliance.workers.statistics import MetricsPublisher, WorkerStatistics
 from appliance.workers.waiters import AppendWaiters
 from klog.protocol.error_codes import ErrorCode
 
@@ -64,11 +67,16 @@ class Worker:
             self.log_dir, config.log_defaults, worker_index=index, on_append=self.waiters.notify,
             publisher=Publisher(region, index))
         self.remote = RemoteLogs(region, config.log_dirs, index)
-        self.committer = GroupCommitter()
+        self.statistics = WorkerStatistics(enabled=config.metrics_port is not None)
+        self.committer = GroupCommitter(on_sync=self.statistics.group_commit_synced
+                                        if self.statistics.enabled else None)
         self.groups = GroupCoordinator(self)
+        self.replication = Replication(self)  # cluster mode's leader and follower roles
         self.handlers = dict(HANDLERS)
         self.advertised_api_versions = advertised_versions(set(self.handlers))
         self.connections: set[KafkaConnection] = set()
+        self.guard = ConnectionGuard(max_connections=config.max_connections,
+                                     max_connections_per_ip=config.max_connections_per_ip)
         self.port = config.listeners.port + index
         self._server: asyncio.base_events.Server | None = None
         self._tasks: list[asyncio.Task] = []
@@ -181,12 +189,14 @@ class Worker:
 
     def _on_topic_change(self, name, info) -> None:
         if info is None:
+            self.replication.forget_topic(name)
             self.remote.forget(name)
             self.partitions.close_topic(name, delete=True)
             if name == OFFSETS_TOPIC:
                 self.groups.unload_all()
         else:
             self.partitions.open_topic(info, now_ms=self.now_ms())
+            self.replication.apply(info)
             if name == OFFSETS_TOPIC:
                 self.groups.load_owned()
 
@@ -201,8 +211,11 @@ class Worker:
             self._server = await loop.create_server(lambda: KafkaConnection(self), sock=sock,
                                                     backlog=1024)
         self._tasks = [asyncio.ensure_future(self._retention_loop()),
-                       asyncio.ensure_future(self._flush_loop())]
+                       asyncio.ensure_future(self._flush_loop()),
+                       asyncio.ensure_future(self._close_idle_connections()),
+                       asyncio.ensure_future(MetricsPublisher(self).run())]
         self.groups.start()
+        self.replication.start()
         self._tasks.append(asyncio.ensure_future(self._watch_remote_appends()))
 
     @property
@@ -216,6 +229,7 @@ class Worker:
         for task in self._tasks:
             task.cancel()
         self.groups.stop()
+        self.replication.stop()
         deadline = time.monotonic() + 2.0
         while (any(c.answers_pending for c in self.connections)
                and time.monotonic() < deadline):
@@ -259,6 +273,21 @@ class Worker:
                     self.waiters.notify(*key)
             if len(seen) > 4 * len(waiting) + 64:
                 seen = {k: v for k, v in seen.items() if k in waiting}
+
+    async def _close_idle_connections(self) -> None:
+        """Close connections idle for `connections.max.idle.ms`, half-sent requests included."""
+        max_idle_s = self.config.connections_max_idle_ms / 1000
+        while True:
+            await asyncio.sleep(sweep_interval_s(self.config.connections_max_idle_ms))
+            now_s = time.monotonic()
+            idle = [c for c in self.connections
+                    if is_idle(in_flight=c.answers_pending, last_received_s=c.last_received_s,
+                               now_s=now_s, max_idle_s=max_idle_s)]
+            for connection in idle:
+                log.debug("closing %s: idle for %.0f ms", connection.peer,
+                          (now_s - connection.last_received_s) * 1000)
+                connection.close()
+            self.guard.stats.idle_closed += len(idle)
 
     async def _flush_loop(self) -> None:
         while True:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
 import time
 from collections import deque
@@ -22,6 +23,8 @@ from klog.protocol.apis import api_versions
 from klog.protocol.client import NEED_DATA, ClientConnection
 from klog.protocol.exceptions import ProtocolError
 from klog.wire import MAX_FRAME_BYTES, RECV_BYTES, request_deadline
+
+log = logging.getLogger("klog.wire")
 
 Event = tuple[Outgoing, object]
 
@@ -45,7 +48,9 @@ class AIOBrokerConnection:
             reader, writer = await asyncio.wait_for(
                 asyncio.open_connection(host, port, limit=RECV_BYTES), timeout_s)
         except (TimeoutError, OSError) as exc:
+            log.warning("cannot connect to %s: %r", address, exc)
             raise BrokerUnavailableError(f"cannot connect to {address}: {exc!r}") from None
+        log.debug("connected to %s", address)
         sock = writer.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -105,6 +110,7 @@ class AIONetwork:
         self._bootstrap = parse_bootstrap(bootstrap_servers)
         self._client_id = client_id
         self._timeout_s = request_timeout_ms / 1000
+        self._closing = False
         self._address_of = address_of
         self._connections: dict[tuple[int | None, str], AIOBrokerConnection] = {}
         self._pending: dict[AIOBrokerConnection, deque[tuple[int, Outgoing, float]]] = {}
@@ -180,6 +186,12 @@ class AIONetwork:
 
     def _fail_connection(self, conn: AIOBrokerConnection, error: KlogError) -> None:
         conn.close()
+        lost = self._pending.get(conn, ())
+        if lost and not self._closing:
+            log.warning("connection to %s lost with %d request(s) in flight: %s", conn.address,
+                        len(lost), error)
+        else:
+            log.info("connection to %s closed: %s", conn.address, error)
         for _, request, _ in self._pending.pop(conn, ()):
             self._push((request, error))
         task = self._readers.pop(conn, None)
@@ -210,6 +222,7 @@ class AIONetwork:
         self._ready.set()
 
     async def close(self) -> None:
+        self._closing = True  # requests lost now are ours to drop: no warning
         for conn in list(self._pending):
             self._fail_connection(conn, BrokerUnavailableError("the client was closed"))
         self._events.clear()

@@ -18,6 +18,7 @@ also refresh metadata; everything else fails the batch with a typed error.
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -44,6 +45,8 @@ from klog.producer.partitioner import Partitioner
 from klog.producer.sequences import Sequences
 from klog.protocol.apis import init_producer_id, metadata, produce
 from klog.protocol.error_codes import ErrorCode
+
+log = logging.getLogger(__name__)
 
 _SUCCESS = frozenset({ErrorCode.NONE, ErrorCode.DUPLICATE_SEQUENCE_NUMBER})
 _STALE_METADATA = frozenset({
@@ -295,10 +298,14 @@ class ProducerProtocol:
     def _retry_or_fail(self, batch: ProducerBatch, error: KlogError, retriable: bool,
                        now_ms: int) -> None:
         if retriable and batch.attempts <= self.config.retries and now_ms < batch.deadline_ms:
+            log.info("retrying a batch for %s-%d (attempt %d): %s", batch.topic,
+                     batch.partition, batch.attempts + 1, error)
             self.retries += 1
             batch.retry_at_ms = now_ms + self.config.retry_backoff_ms
             self.accumulator.requeue(batch)
         else:
+            log.warning("giving up on a batch of %s-%d after %d attempt(s): %s", batch.topic,
+                        batch.partition, batch.attempts, error)
             self.sequences.broken(batch)
             self._fail(batch, error)
 

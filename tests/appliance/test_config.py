@@ -72,10 +72,28 @@ def test_finer_retention_unit_wins_whatever_the_order():
     ({"offsets.topic.segment.bytes": "100"}, "offsets.topic.segment.bytes"),
     ({"group.min.session.timeout.ms": "9000", "group.max.session.timeout.ms": "8000"},
      "group.min.session.timeout.ms"),
+    ({"connections.max.idle.ms": "0"}, "connections.max.idle.ms"),
+    ({"max.connections": "none"}, "max.connections"),
+    ({"max.connections.per.ip": "0"}, "max.connections.per.ip"),
+    ({"metrics.port": "70000"}, "metrics.port"),
+    ({"metrics.port": "0"}, "metrics.port"),
 ])
 def test_bad_settings_name_the_key(settings, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         build_config(settings)
+
+
+def test_protection_and_metrics_keys():
+    default = build_config({})
+    assert default.connections_max_idle_ms == 600_000  # Kafka's defaults
+    assert default.max_connections == default.max_connections_per_ip == 2**31 - 1
+    assert default.metrics_port is None  # metrics off unless asked for
+    config = build_config({"connections.max.idle.ms": "1500", "max.connections": "60",
+                           "max.connections.per.ip": "25", "metrics.port": "9100",
+                           "metrics.host": "0.0.0.0"})
+    assert (config.connections_max_idle_ms, config.max_connections,
+            config.max_connections_per_ip) == (1500, 60, 25)
+    assert (config.metrics_host, config.metrics_port) == ("0.0.0.0", 9100)
 
 
 def test_overrides_apply_over_the_file(tmp_path: Path):

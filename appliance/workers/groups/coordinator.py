@@ -21,7 +21,6 @@ import asyncio
 import logging
 from collections.abc import Iterable
 
-from appliance.lag_report import report_path
 from appliance.segments.errors import StorageError
 from appliance.workers.groups.group import Group, GroupLimits
 from appliance.workers.groups.lag import LagReport
@@ -63,7 +62,7 @@ class GroupCoordinator:
         self.groups: dict[str, Group] = {}
         self.offsets: dict[str, dict[tuple[str, int], Committed]] = {}
         self.loaded: set[int] = set()  # partitions of __consumer_offsets served here
-        self.lag = LagReport(report_path(worker.log_dir))
+        self.lag = LagReport()
         self._snapshot_floor: dict[int, int] = {}  # partition -> log size right after a snapshot
         self._task: asyncio.Task | None = None
 

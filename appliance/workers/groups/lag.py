@@ -1,16 +1,12 @@
 """Consumer lag as the appliance sees it: per group and partition, the log end minus the
-committed offset. The coordinator has both numbers, so it computes lag itself and leaves the
-result beside its log dir (`appliance.lag_report` says where and how it is read), where
-``klog status`` reads it without a network round trip (as it reads everything else from the
-shared-memory region)."""
+committed offset. The coordinator has both numbers, so it computes lag itself and keeps the
+latest report, which the worker publishes in its shm metrics area (`appliance.lag_report`
+says how it is read): ``klog status`` and the metrics scrape read it without a network round
+trip, as they read everything else from the shared-memory region."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable
-from pathlib import Path
-
-import orjson
 
 
 def group_lag(group_id: str, state: str, members: int, committed: dict,
@@ -27,24 +23,14 @@ def group_lag(group_id: str, state: str, members: int, committed: dict,
 
 
 class LagReport:
-    """Writes the report file (atomically: write, then rename) when there is something to
-    say, and once more to clear it when the last group is gone."""
+    """The latest report: ``{"updated_ms", "groups": [...]}``, None before the first."""
 
-    def __init__(self, path: Path):
-        self.path = Path(path)
-        self._written = self.path.exists()  # an earlier run's report is cleared at once
+    def __init__(self):
+        self.latest: dict | None = None
 
     def write(self, groups: Iterable, offsets: dict, high_watermark_of, now_ms: int) -> None:
         rows = [group_lag(g.group_id, g.state.value, len(g.members), offsets.get(g.group_id, {}),
                           high_watermark_of)
                 for g in sorted(groups, key=lambda g: g.group_id)
                 if g.state.value != "Dead"]
-        if not rows and not self._written:
-            return
-        temporary = self.path.with_name(self.path.name + ".tmp")
-        try:
-            temporary.write_bytes(orjson.dumps({"updated_ms": now_ms, "groups": rows}))
-            os.replace(temporary, self.path)
-        except OSError:
-            return  # a report, not data: a read-only or full disk must not stop the worker
-        self._written = bool(rows)
+        self.latest = {"updated_ms": now_ms, "groups": rows}

@@ -25,6 +25,7 @@ from appliance.workers.handlers import (
     metadata,
     offset_commit,
     offset_fetch,
+    offset_for_leader_epoch,
     produce,
     sync_group,
 )
@@ -33,7 +34,7 @@ MODULES = (
     api_versions, metadata, produce, fetch, list_offsets, create_topics, delete_topics,
     init_producer_id, describe_configs, find_coordinator, join_group, sync_group, heartbeat,
     leave_group, offset_commit, offset_fetch, list_groups, describe_groups, delete_groups,
-    create_partitions,
+    create_partitions, offset_for_leader_epoch,
 )
 
 HANDLERS = {module.API_KEY: module.handle for module in MODULES}

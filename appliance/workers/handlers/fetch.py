@@ -28,18 +28,24 @@ def _partition(index, error, log=None, records=b""):
         aborted_transactions=None, preferred_read_replica=-1, records=records)
 
 
-def _read(worker, topic, part, budget, must_fill):
+def _read(worker, topic, part, budget, must_fill, replica_id=-1):
     """One partition's answer and the bytes it carries. Any worker serves any partition of
     the appliance: its own from its logs, the others' through the shared-memory index."""
     owned = worker.readable_log(topic, part.partition)
     if owned is None:
         error = worker.absent_partition_error(topic, part.partition)
         return _partition(part.partition, error), 0, True
+    read = owned.read
+    if replica_id >= 0:  # a follower: past the high watermark, and its log end is noted
+        read = worker.replication.replica_read(replica_id, topic, part.partition,
+                                               part.fetch_offset, part.current_leader_epoch)
+        if isinstance(read, ErrorCode):
+            return _partition(part.partition, read), 0, True
     limit = min(part.partition_max_bytes, budget)
     if limit <= 0 and not must_fill:
         return _partition(part.partition, ErrorCode.NONE, owned), 0, False
     try:
-        piece = owned.read(part.fetch_offset, max(limit, 1))
+        piece = read(part.fetch_offset, max(limit, 1))
     except OffsetOutOfRangeError:
         return _partition(part.partition, ErrorCode.OFFSET_OUT_OF_RANGE, owned), 0, True
     except StorageError:
@@ -64,7 +70,8 @@ def build(worker, body):
     for topic in body.topics:
         partitions = []
         for part in topic.partitions:
-            data, size, error = _read(worker, topic.topic, part, budget - total, total == 0)
+            data, size, error = _read(worker, topic.topic, part, budget - total, total == 0,
+                                      body.replica_id)
             partitions.append(data)
             total += size
             errored = errored or error

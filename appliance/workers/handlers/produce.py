@@ -76,6 +76,13 @@ def handle(worker: HandlerContext, request):
         else:
             _ensure_topic(worker, name)
             for partition_data in topic_data.partition_data:
+                refused = body.acks == -1 and worker.replication.acks_all_refusal(
+                    name, partition_data.index)
+                if refused:  # replicated: fewer in sync than min.insync.replicas
+                    partitions.append(_partition_response(
+                        partition_data.index, refused, message="the ISR is smaller than "
+                        "min.insync.replicas"))
+                    continue
                 response, appended = _append_one(worker, name, partition_data, version, now_ms)
                 partitions.append(response)
                 if appended is not None and body.acks == -1:
@@ -86,11 +93,12 @@ def handle(worker: HandlerContext, request):
     result = produce.Response(responses=responses, throttle_time_ms=0)
     if not to_sync:
         return result
-    return _after_sync(worker, to_sync, result)
+    return _after_sync(worker, to_sync, result, body.timeout_ms)
 
 
-async def _after_sync(worker, to_sync, result):
-    """Wait until every appended partition is on disk; a failed sync fails its partition."""
+async def _after_sync(worker, to_sync, result, timeout_ms=30_000):
+    """Wait until every appended partition is on disk; a failed sync fails its partition.
+    A replicated partition also waits until its high watermark passes the batch."""
     futures = []
     for topic, index, last_offset, _ in to_sync:
         owned = worker.partitions.get(topic, index)
@@ -100,5 +108,16 @@ async def _after_sync(worker, to_sync, result):
         if isinstance(outcome, BaseException):
             response.error_code = int(ErrorCode.KAFKA_STORAGE_ERROR)
             response.error_message = f"fdatasync failed: {outcome}"
+            response.base_offset = -1
+    replicated = [entry for entry in to_sync
+                  if worker.replication.leader_epoch(entry[0], entry[1]) is not None]
+    if not replicated:  # single copies: durable on this disk is committed
+        return result
+    committed = await asyncio.gather(*(
+        worker.replication.wait_committed(topic, index, last_offset, max(timeout_ms, 0) / 1000)
+        for topic, index, last_offset, _ in replicated))
+    for (_, _, _, response), error in zip(replicated, committed):
+        if error != ErrorCode.NONE and response.error_code == 0:
+            response.error_code = int(error)
             response.base_offset = -1
     return result

@@ -19,6 +19,7 @@ was made for, so a seek in between wins, as in `klog.consumer.offsets`).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -30,6 +31,8 @@ from klog.outgoing import Outgoing
 from klog.protocol.apis import offset_commit, offset_fetch
 from klog.protocol.error_codes import ErrorCode
 from klog.types import OffsetAndMetadata, TopicPartition
+
+log = logging.getLogger(__name__)
 
 RETRY = MOVED | {ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.REQUEST_TIMED_OUT,
                  ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.UNSTABLE_OFFSET_COMMIT}
@@ -203,6 +206,8 @@ class Commits:
         if pending.done or pending not in self._commits:
             return
         if code in RETRY and pending.retry:
+            log.info("OffsetCommit for group %r: %s; retrying in %d ms", self.group_id,
+                     reason or code.name, self.retry_backoff_ms)
             pending.sent = False
             pending.retry_at_ms = now_ms + self.retry_backoff_ms
             return
@@ -218,6 +223,9 @@ class Commits:
         self._finish(pending, error)
 
     def _finish(self, pending: PendingCommit, error: KlogError | None) -> None:
+        if error is not None:
+            log.warning("commit of %d offset(s) for group %r failed: %s", len(pending.offsets),
+                        self.group_id, error)
         pending.done, pending.error = True, error
         if pending in self._commits:
             self._commits.remove(pending)

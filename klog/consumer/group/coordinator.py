@@ -9,10 +9,14 @@ unauthorized or invalid group) are the application's to see.
 
 from __future__ import annotations
 
+import logging
+
 from klog.errors import KlogError, error_for
 from klog.outgoing import Outgoing
 from klog.protocol.apis import find_coordinator
 from klog.protocol.error_codes import ErrorCode
+
+log = logging.getLogger(__name__)
 
 GROUP_KEY_TYPE = 0
 
@@ -51,6 +55,8 @@ class CoordinatorLink:
         code = ErrorCode(response.error_code)
         if code == ErrorCode.NONE:
             self.node, self.address = response.node_id, (response.host, response.port)
+            log.info("group %r: coordinator is node %d at %s:%d", self.group_id, self.node,
+                     *self.address)
             self.last_error = None
             return None
         self.last_error = f"FindCoordinator: {code.name}"
@@ -67,6 +73,8 @@ class CoordinatorLink:
     def lost(self, now_ms: int, reason: str) -> None:
         """The coordinator moved or cannot be reached: find it again (after a backoff)."""
         if self.node is not None:
+            log.info("group %r: lost coordinator node %d: %s", self.group_id, self.node,
+                     reason)
             self.node = self.address = None
             self.last_error = reason
             self._retry_at_ms = now_ms + self.retry_backoff_ms

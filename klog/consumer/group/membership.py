@@ -29,6 +29,7 @@ member: its session simply runs out) and rejoins at its next poll.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 from klog.consumer.assignors import EAGER, rebalance_protocol
@@ -51,9 +52,12 @@ from klog.protocol.exceptions import DecodeError
 from klog.protocol.group_assignment import decode_assignment
 from klog.types import TopicPartition
 
+log = logging.getLogger(__name__)
+
 UNJOINED, PREPARING, READY, JOINING = "unjoined", "preparing", "ready", "joining"
 ASSIGNING, SYNCING, STABLE = "assigning", "syncing", "stable"
 NO_GENERATION = -1
+LEFT = "left the group"  # the reason when we leave: not worth a warning
 
 REJOIN, RESET, REFIND, RETRY = "rejoin", "reset", "refind", "retry"
 _COMMON = {
@@ -133,6 +137,7 @@ class Membership:
 
     def request_rejoin(self, reason: str) -> None:
         if self.state == STABLE and self.rejoin_reason is None:
+            log.info("group %r: rebalancing: %s", self.group_id, reason)
             self.rejoin_reason = reason
 
     def reset_generation(self, reason: str, generation: int | None = None) -> None:
@@ -140,6 +145,12 @@ class Membership:
         join again as a new member (a static member keeps its instance id)."""
         if generation is not None and generation != self.generation:
             return  # about an older generation: already handled
+        if reason == LEFT:
+            log.info("group %r: member %r left generation %d", self.group_id, self.member_id,
+                     self.generation)
+        else:
+            log.warning("group %r: member %r of generation %d lost its membership (%s)",
+                        self.group_id, self.member_id, self.generation, reason)
         self.generation, self.member_id = NO_GENERATION, ""
         self.protocol = self.leader_id = self._leadership = None
         self._in_flight = None
@@ -174,7 +185,7 @@ class Membership:
             request = self.leaving = leave_request(self.config, self.coordinator.node,
                                                    self.member_id)
             self._outbox.append(request)
-        self.reset_generation("left the group")
+        self.reset_generation(LEFT)
         self.state, self.rejoin_reason, self._unacked = UNJOINED, None, None
         self.owned = frozenset()
         return request
@@ -329,6 +340,7 @@ class Membership:
         elif reaction == RESET:
             self.reset_generation(f"{name}: {code.name}")
         else:
+            log.error("group %r: %s failed: %s", self.group_id, name, code.name)
             self.errors.append(error_for(code, f"{name} for group {self.group_id!r}"))
             self._retry_at_ms = now_ms + self.config.retry_backoff_ms
             if self.state in (JOINING, SYNCING):
@@ -340,6 +352,9 @@ class Membership:
         self.protocol = response.protocol_name
         self.leader_id = response.leader
         self.joined_topics = self._joining_topics
+        log.info("group %r: joined generation %d as %r (%s, protocol %s)", self.group_id,
+                 self.generation, self.member_id,
+                 "leader" if self.is_leader else "follower", self.protocol)
         if self.is_leader:
             self.state = ASSIGNING
             self._leadership = Leadership(response)
@@ -363,6 +378,8 @@ class Membership:
             new -= foreign
             self.request_rejoin("assigned topics we do not subscribe to")
         revoked, added = self.owned - new, new - self.owned
+        log.info("group %r generation %d: assigned %s%s", self.group_id, self.generation,
+                 _names(new), f", revoking {_names(revoked)}" if revoked else "")
         self.owned = self.owned | new
         self.apply(self.owned)
         if revoked:
@@ -395,3 +412,8 @@ class Membership:
 
 
 _NEVER = 2**63
+
+
+def _names(partitions) -> str:
+    """`topic-partition` names for the log, sorted."""
+    return "[" + ", ".join(f"{tp.topic}-{tp.partition}" for tp in sorted(partitions)) + "]"

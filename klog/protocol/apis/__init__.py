@@ -39,6 +39,7 @@ from klog.protocol.apis import (
     metadata,
     offset_commit,
     offset_fetch,
+    offset_for_leader_epoch,
     produce,
     sync_group,
 )
@@ -122,6 +123,7 @@ API_BY_KEY: dict[int, ApiSpec] = {
             _spec(describe_configs, "DescribeConfigs", (0, 3), (0, 3)),
             _spec(delete_groups, "DeleteGroups", (0, 1), (0, 1)),
             _spec(create_partitions, "CreatePartitions", (0, 1), (0, 1)),
+            _spec(offset_for_leader_epoch, "OffsetForLeaderEpoch", (2, 3), (2, 3)),
         ],
         key=lambda spec: spec.key,
     )

@@ -1,0 +1,260 @@
+"""A follower's fetcher: one asyncio task per leader node, copying that leader's partitions.
+
+It speaks Kafka to the leader as a broker's replica fetcher does: Fetch with `replica_id` =
+this worker's node id (so the leader reads past its high watermark, up to its log end, and
+counts the fetch offset as this replica's log end), and the batches that come back are
+appended as they are (`PartitionLog.append_replica`: offsets and leader epochs kept).
+
+Before a partition's first fetch from a leader epoch, its log is truncated as KIP-101 and
+KIP-279 say, never blindly to its high watermark: the follower asks the leader
+(OffsetForLeaderEpoch) where the follower's latest epoch ends in the leader's log. If the
+leader knows that epoch, the log is cut at that end; if the leader answers an older epoch,
+the cut is at the lower of the leader's end of that epoch and the follower's own; if the
+leader knows no epoch at all, nothing it holds can be compared, and the log is cut at its
+high watermark (Kafka's fallback). Either way the log keeps everything the leader also has.
+
+Errors: a lost connection, a leader that does not lead yet (its supervisor has not heard of
+the controller's decision) or a decode error close the connection and retry after a pause;
+a partition the leader refuses is retried the same way. Nothing here raises to the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from appliance.segments.errors import CorruptRecordError, StorageError
+from klog.protocol.apis import fetch, offset_for_leader_epoch
+from klog.protocol.client import NEED_DATA, ClientConnection
+from klog.protocol.error_codes import ErrorCode
+from klog.protocol.exceptions import ProtocolError
+from klog.protocol.record_batch import CorruptBatchError, scan_batches
+
+log = logging.getLogger(__name__)
+
+FETCH_VERSION = 11
+EPOCH_VERSION = 3
+MAX_WAIT_MS = 500
+PARTITION_MAX_BYTES = 1024 * 1024
+RETRY_S = 0.3
+
+
+class ReplicaFetcher:
+    def __init__(self, replication, leader: int):
+        self.replication = replication
+        self.worker = replication.worker
+        self.leader = leader
+        # (topic, index) -> the leader epoch it follows in, and whether it still needs truncating
+        self.partitions: dict[tuple[str, int], list] = {}
+        self._wake = asyncio.Event()
+        self._task = asyncio.ensure_future(self._run())
+
+    @property
+    def idle(self) -> bool:
+        return not self.partitions
+
+    def add(self, key, leader_epoch: int) -> None:
+        self.partitions[key] = [leader_epoch, True]
+        self._wake.set()
+
+    def remove(self, key) -> None:
+        self.partitions.pop(key, None)
+
+    def stop(self) -> None:
+        self._task.cancel()
+
+    # the loop ----------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        failing = False
+        while True:
+            if not self.partitions:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            node = (self.worker.controller.fleet_nodes or {}).get(self.leader)
+            if node is None:
+                await asyncio.sleep(RETRY_S)
+                continue
+            try:
+                reader, writer = await asyncio.wait_for(
+                    asyncio.open_connection(node.host, node.port), 10)
+            except (OSError, TimeoutError) as exc:
+                if not failing:  # once per outage: the leader's node may take a while to go
+                    log.info("replica fetcher to %d: cannot connect: %s", self.leader, exc)
+                failing = True
+                await asyncio.sleep(RETRY_S)
+                continue
+            failing = False
+            try:
+                await self._session(_Link(reader, writer, self.worker.node_id))
+            except (OSError, ProtocolError, ConnectionError, asyncio.IncompleteReadError,
+                    TimeoutError) as exc:
+                log.info("replica fetcher to %d: %s; reconnecting", self.leader, exc)
+            finally:
+                writer.close()
+                with contextlib.suppress(Exception):
+                    await writer.wait_closed()
+            await asyncio.sleep(RETRY_S)
+
+    async def _session(self, link) -> None:
+        while self.partitions:
+            for key, entry in list(self.partitions.items()):
+                if entry[1]:
+                    await self._truncate(link, key, entry)
+            wanted = [(key, entry[0]) for key, entry in self.partitions.items()
+                      if not entry[1]]
+            if not wanted:
+                await asyncio.sleep(RETRY_S)
+                continue
+            refused = await self._fetch(link, wanted)
+            if refused:
+                await asyncio.sleep(RETRY_S)
+
+    # truncation --------------------------------------------------------------------------
+
+    async def _truncate(self, link, key, entry) -> None:
+        leader_epoch = entry[0]
+        owned = self.replication.following(key, self.leader, leader_epoch)
+        if owned is None:
+            self.partitions.pop(key, None)
+            return
+        plog = owned.log
+        ours = plog.leader_epochs.latest_epoch
+        if ours < 0 and plog.log_end_offset == plog.log_start_offset:
+            entry[1] = False  # an empty log: nothing to compare
+            return
+        request = offset_for_leader_epoch.Request(replica_id=self.worker.node_id, topics=[
+            offset_for_leader_epoch.OffsetForLeaderTopic(topic=key[0], partitions=[
+                offset_for_leader_epoch.OffsetForLeaderPartition(
+                    partition=key[1], current_leader_epoch=leader_epoch, leader_epoch=ours)])])
+        response = await link.ask(offset_for_leader_epoch.SPEC.key, EPOCH_VERSION, request)
+        answer = response.topics[0].partitions[0]
+        if answer.error_code != ErrorCode.NONE:
+            log.info("%s-%d: leader %d refused OffsetForLeaderEpoch: %s", *key, self.leader,
+                     ErrorCode(answer.error_code).name)
+            await asyncio.sleep(RETRY_S)
+            return
+        owned = self.replication.following(key, self.leader, leader_epoch)
+        if owned is None:
+            return
+        target = truncation_offset(plog, ours, answer.leader_epoch, answer.end_offset)
+        if target < plog.log_end_offset:
+            log.warning("%s-%d: truncating from %d to %d (our epoch %d, leader's answer: "
+                        "epoch %d ends at %d)", *key, plog.log_end_offset, target, ours,
+                        answer.leader_epoch, answer.end_offset)
+            try:
+                plog.truncate_to(target, now_ms=self.worker.now_ms())
+            except StorageError as exc:
+                log.error("%s-%d: truncation failed: %s", *key, exc)
+                await asyncio.sleep(RETRY_S)
+                return
+            self.replication.truncated(key, owned)
+        entry[1] = False
+
+    # fetching ----------------------------------------------------------------------------
+
+    async def _fetch(self, link, wanted) -> bool:
+        """One Fetch for every partition ready; True if the leader refused some."""
+        by_topic: dict[str, list] = {}
+        for (topic, index), leader_epoch in wanted:
+            owned = self.replication.following((topic, index), self.leader, leader_epoch)
+            if owned is None:
+                self.partitions.pop((topic, index), None)
+                continue
+            by_topic.setdefault(topic, []).append(fetch.FetchPartition(
+                partition=index, current_leader_epoch=leader_epoch,
+                fetch_offset=owned.log.log_end_offset, log_start_offset=owned.log.log_start_offset,
+                partition_max_bytes=PARTITION_MAX_BYTES))
+        if not by_topic:
+            return False
+        request = fetch.Request(
+            replica_id=self.worker.node_id, max_wait_ms=MAX_WAIT_MS, min_bytes=1,
+            max_bytes=16 * PARTITION_MAX_BYTES, isolation_level=0, session_id=0,
+            session_epoch=-1, topics=[fetch.FetchTopic(topic=t, partitions=p)
+                                      for t, p in by_topic.items()],
+            forgotten_topics_data=[], rack_id="")
+        response = await link.ask(fetch.SPEC.key, FETCH_VERSION, request,
+                                  timeout_s=MAX_WAIT_MS / 1000 + 30)
+        refused = False
+        epochs = dict(wanted)
+        for topic in response.responses:
+            for part in topic.partitions:
+                key = (topic.topic, part.partition_index)
+                refused |= not self._take(key, epochs.get(key), part)
+        return refused
+
+    def _take(self, key, leader_epoch, part) -> bool:
+        owned = self.replication.following(key, self.leader, leader_epoch)
+        if owned is None or leader_epoch is None:
+            return True
+        if part.error_code != ErrorCode.NONE:
+            error = ErrorCode(part.error_code)
+            if error == ErrorCode.OFFSET_OUT_OF_RANGE:
+                self._compare_again(key)
+            log.info("%s-%d: leader %d answered %s", *key, self.leader, error.name)
+            return False
+        records = part.records
+        if records:
+            records = bytes(records) if not isinstance(records, bytes | bytearray) else records
+            try:
+                headers = [h for _, h in scan_batches(records, verify_crc=False)]
+                if headers and headers[0].base_offset != owned.log.log_end_offset:
+                    # the leader's batch boundaries are not ours: compare epochs again
+                    log.warning("%s-%d: leader %d sent a batch at %d, our log ends at %d",
+                                *key, self.leader, headers[0].base_offset,
+                                owned.log.log_end_offset)
+                    self._compare_again(key)
+                    return False
+                if headers:
+                    owned.log.append_replica(records, now_ms=self.worker.now_ms())
+                    self.replication.appended(key, owned, headers)
+            except (CorruptRecordError, CorruptBatchError, StorageError) as exc:
+                log.error("%s-%d: cannot append the leader's batches: %s", *key, exc)
+                return False
+        self.replication.set_follower_high_watermark(key, owned, part.high_watermark)
+        return True
+
+    def _compare_again(self, key) -> None:
+        """Truncate by the leader's epochs again before the next fetch of `key`."""
+        entry = self.partitions.get(key)
+        if entry is not None:
+            entry[1] = True
+
+
+def truncation_offset(plog, ours: int, leader_epoch: int, end_offset: int) -> int:
+    """Where a follower's log must end, given the leader's OffsetForLeaderEpoch answer
+    (`leader_epoch`, `end_offset`) to the follower's latest epoch `ours` (module docstring).
+    Never above the log end: a leader that has more is simply fetched from."""
+    if end_offset < 0:  # the leader knows no epoch: Kafka's fallback
+        target = plog.high_watermark
+    elif leader_epoch == ours:
+        target = end_offset
+    elif leader_epoch >= 0:  # KIP-279: the leader's largest epoch below ours, and our end of it
+        target = min(end_offset, plog.end_offset_for_epoch(leader_epoch)[1])
+    else:
+        target = end_offset
+    return min(target, plog.log_end_offset)
+
+
+class _Link:
+    """One connection to the leader: a request, then its response (nothing pipelined)."""
+
+    def __init__(self, reader, writer, node_id: int):
+        self.reader = reader
+        self.writer = writer
+        self.connection = ClientConnection(client_id=f"klog-replica-{node_id}")
+
+    async def ask(self, api_key: int, version: int, body, *, timeout_s: float = 30):
+        _, data = self.connection.send_request(api_key, version, body)
+        self.writer.write(data)
+        await self.writer.drain()
+        while True:
+            answer = self.connection.next_response()
+            if answer is not NEED_DATA:
+                return answer[1]
+            chunk = await asyncio.wait_for(self.reader.read(1 << 20), timeout_s)
+            if not chunk:
+                raise ConnectionError("the leader closed the connection")
+            self.connection.receive_data(chunk)

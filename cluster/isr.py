@@ -1,0 +1,63 @@
+"""ISR changes asked by a partition's leader, written by the leader's own appliance.
+
+Who writes: the leader's appliance, with a conditional set on the partition's state znode,
+not the fleet's controller. This is Kafka's ZooKeeper-mode design (the leader's broker
+updated `.../partitions/<p>/state` itself with the zkVersion it last read; AlterPartition
+later moved the same check into the controller). Why not the controller's fenced writer:
+the controller may be another appliance, and a round trip to it would add a channel of its
+own for one conditional write; the version check is all the safety there is to get:
+
+- every leader election by the controller rewrites the state, so its version moves: a
+  deposed or paused leader's write fails with BadVersion, and on re-reading it finds
+  another leader or a higher leader epoch and gives up (FENCED_LEADER_EPOCH);
+- a concurrent change by the controller (a dead replica leaving the ISR) is never
+  overwritten: the write is redone on what was re-read, or abandoned if it no longer
+  applies.
+
+The written state keeps the controller epoch it had: that field records which controller
+last elected, which this write does not change.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from cluster import znodes
+from cluster.session import BadVersionError, NoNodeError, Session
+from klog.protocol.error_codes import ErrorCode
+
+log = logging.getLogger(__name__)
+
+ATTEMPTS = 5
+
+
+def alter_isr(session: Session, topic: str, partition: int, leader: int, leader_epoch: int,
+              isr: tuple[int, ...], replicas: tuple[int, ...] | None = None) -> ErrorCode:
+    """Make `isr` the ISR of `topic`-`partition` if `leader` still leads it in
+    `leader_epoch`. The ISR must hold the leader and (when known) only replicas. Raises
+    ZooKeeperUnavailable."""
+    path = znodes.state_path(topic, partition)
+    if leader not in isr or (replicas is not None and any(r not in replicas for r in isr)):
+        return ErrorCode.INVALID_REQUEST
+    for _ in range(ATTEMPTS):
+        try:
+            data, stat = session.call("get", path)
+        except NoNodeError:
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        state = znodes.PartitionState.decode(data, path)
+        if state.leader != leader or state.leader_epoch != leader_epoch:
+            return (ErrorCode.FENCED_LEADER_EPOCH if state.leader_epoch > leader_epoch
+                    else ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        if sorted(state.isr) == sorted(isr):
+            return ErrorCode.NONE
+        new = znodes.PartitionState(leader, leader_epoch, tuple(isr), state.controller_epoch)
+        try:
+            session.call("set", path, new.encode(), version=stat.version)
+        except BadVersionError:
+            continue  # changed meanwhile: decide again on what it is now
+        except NoNodeError:
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        log.info("%s-%d: leader %d (epoch %d) changed the ISR %s -> %s", topic, partition,
+                 leader, leader_epoch, list(state.isr), list(isr))
+        return ErrorCode.NONE
+    return ErrorCode.REQUEST_TIMED_OUT

@@ -1,0 +1,159 @@
+"""Replication benchmark (issue 12), on one host, each figure beside its baseline of the run.
+
+Three appliances (two workers each) and a three-server ZooKeeper on this host:
+- acks=all produce with confluent-kafka (idempotent, 200-byte messages, 6 partitions):
+  throughput (msg/s) and per-message latency p50/p99 (one message in flight at a time),
+  replication factor 3 (min.insync.replicas=2) vs replication factor 1 in the same fleet.
+  Every copy shares this host's two cores and its disk, so factor 3 pays three appends (and
+  the followers' fetches) on the same CPUs: an upper bound of the cost, not a fleet's.
+- failover: kill -9 of the appliance leading partition 0 of the factor-3 topic, until the
+  producer's next acknowledgement of a message to that partition (s); the ZooKeeper
+  session timeout (the time before the fleet may declare the leader dead) is its floor.
+
+Run: .venv/bin/python perf/bench_replication.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import orjson  # noqa: E402
+from confluent_kafka import Producer  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+from kazoo.client import KazooClient  # noqa: E402
+
+from tests.conftest import Appliance  # noqa: E402
+from tests.fleet.zookeeper import Ensemble  # noqa: E402
+
+SESSION_MS = 6000
+CHROOT = "/klog-bench-repl"
+
+
+def start_fleet(root: Path, connect: str) -> list[Appliance]:
+    return [Appliance(root / f"a{b}", log_dirs=2, settings={
+        "broker.id": str(b), "zookeeper.connect": connect,
+        "zookeeper.session.timeout.ms": str(SESSION_MS)}).start(timeout_s=60)
+        for b in (1, 2, 3)]
+
+
+def wait_led(bootstrap: str, topic: str, partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        found = admin.list_topics(topic, timeout=10).topics.get(topic)
+        if found and len(found.partitions) == partitions and all(
+                p.leader >= 0 for p in found.partitions.values()):
+            return
+        time.sleep(0.2)
+    raise RuntimeError(f"{topic} never got its leaders")
+
+
+def producer(bootstrap: str, **extra) -> Producer:
+    return Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
+                     "acks": "all", **extra})
+
+
+def throughput(bootstrap: str, topic: str, count: int) -> float:
+    p = producer(bootstrap, **{"linger.ms": 5})
+    value = b"x" * 200
+    start = time.perf_counter()
+    for _ in range(count):
+        while True:
+            try:
+                p.produce(topic, value)
+                break
+            except BufferError:
+                p.poll(0.01)
+    assert p.flush(120) == 0
+    return count / (time.perf_counter() - start)
+
+
+def latencies_ms(bootstrap: str, topic: str, count: int) -> tuple[float, float]:
+    p = producer(bootstrap, **{"linger.ms": 0})
+    samples = []
+    for i in range(count):
+        start = time.perf_counter()
+        p.produce(topic, b"x" * 200, partition=i % 6)
+        assert p.flush(30) == 0
+        samples.append((time.perf_counter() - start) * 1000)
+    samples.sort()
+    return statistics.median(samples), samples[int(len(samples) * 0.99) - 1]
+
+
+def failover_s(fleet: list[Appliance], zk, topic: str) -> float:
+    data, _ = zk.get(f"/brokers/topics/{topic}/partitions/0/state")
+    leader = orjson.loads(data)["leader"]
+    victim = fleet[leader // 100 - 1]
+    others = ",".join(a.bootstrap for a in fleet if a is not victim)
+    p = producer(others, **{"linger.ms": 0, "message.timeout.ms": 120_000})
+    p.produce(topic, b"warm", partition=0)
+    assert p.flush(30) == 0
+    pids = [pid for pid in victim.pids().values() if pid > 0]
+    acked = []
+    killed_at = time.perf_counter()
+    victim.kill()
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    p.produce(topic, b"after", partition=0,
+              on_delivery=lambda err, msg: acked.append((err, time.perf_counter())))
+    while not acked:
+        p.poll(0.01)
+    err, at = acked[0]
+    assert err is None, err
+    took = at - killed_at
+    victim.start(timeout_s=60)
+    return took
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    count = 20_000 if args.quick else 200_000
+    samples = 200 if args.quick else 2000
+    kills = 1 if args.quick else 20
+    with tempfile.TemporaryDirectory() as tmp:
+        ensemble = Ensemble(Path(tmp) / "zk")
+        ensemble.start()
+        fleet = []
+        try:
+            fleet = start_fleet(Path(tmp), f"{ensemble.connect}{CHROOT}")
+            admin = AdminClient({"bootstrap.servers": fleet[0].bootstrap})
+            admin.create_topics([NewTopic("rf1", 6, 1)])["rf1"].result(30)
+            admin.create_topics([NewTopic("rf3", 6, 3, config={"min.insync.replicas": "2"})]
+                                )["rf3"].result(30)
+            wait_led(fleet[0].bootstrap, "rf1", 6)
+            wait_led(fleet[0].bootstrap, "rf3", 6)
+            bootstrap = ",".join(a.bootstrap for a in fleet)
+            for topic in ("rf1", "rf3"):
+                rate = throughput(bootstrap, topic, count)
+                p50, p99 = latencies_ms(bootstrap, topic, samples)
+                print(f"acks=all {topic}: {rate:,.0f} msg/s ({count} x 200 B); "
+                      f"latency p50 {p50:.2f} ms, p99 {p99:.2f} ms ({samples} one at a time)")
+            zk = KazooClient(hosts=f"{ensemble.connect}{CHROOT}")
+            zk.start(timeout=10)
+            times = [failover_s(fleet, zk, "rf3") for _ in range(kills)]
+            zk.stop()
+            print(f"kill -9 of partition 0's leader -> next ack: median "
+                  f"{statistics.median(times):.1f} s, max {max(times):.1f} s over {kills} "
+                  f"kill(s); floor: session timeout {SESSION_MS / 1000:.1f} s")
+        finally:
+            for appliance in fleet:
+                appliance.stop()
+            ensemble.close()
+
+
+if __name__ == "__main__":
+    main()

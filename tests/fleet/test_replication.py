@@ -1,0 +1,393 @@
+"""Replication across three real appliances (two workers each) and a real three-server
+ZooKeeper: a topic of replication factor 3 and min.insync.replicas=2 written by confluent-kafka
+(idempotent, acks=all). Every replica holds the same batches; kill -9 of the leader's whole
+appliance mid-production moves leadership to a follower in a higher leader epoch, loses no
+acknowledged record and gives no offset two records; the killed appliance comes back,
+truncates what it must, catches up and rejoins the ISR."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import socket
+import threading
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from klog.protocol.record_batch import HEADER_BYTES, read_header
+from tests.conftest import Appliance
+from tests.fleet.test_appliances import led, wait_for_brokers, wait_until
+
+pytestmark = pytest.mark.interop
+
+SESSION_MS = 6000
+CHROOT = "/klog-repl"
+TOPIC = "replicated"
+PARTITIONS = 3
+FIRST_VALUE = 1_000_000  # the kill test's values, above the first test's
+LAG_MS = 3000  # replica.lag.time.max.ms: short, so a stalled follower leaves the ISR soon
+
+
+@pytest.fixture(scope="module")
+def fleet(ensemble, tmp_path_factory):
+    root = tmp_path_factory.mktemp("repl")
+    appliances = []
+    try:
+        for broker_id in (1, 2, 3):
+            appliance = Appliance(root / f"a{broker_id}", log_dirs=2, settings={
+                "broker.id": str(broker_id),
+                "zookeeper.connect": f"{ensemble.connect}{CHROOT}",
+                "zookeeper.session.timeout.ms": str(SESSION_MS),
+                "broker.rack": f"rack-{broker_id}",
+                "group.initial.rebalance.delay.ms": "0",
+                "replica.lag.time.max.ms": str(LAG_MS),
+            })
+            appliance.start(timeout_s=60)
+            appliances.append(appliance)
+        wait_for_brokers(appliances[0], 6)
+        yield appliances
+    finally:
+        for appliance in appliances:
+            appliance.stop()
+
+
+@pytest.fixture(scope="module")
+def zk(ensemble):
+    from kazoo.client import KazooClient
+    client = KazooClient(hosts=f"{ensemble.connect}{CHROOT}")
+    client.start(timeout=10)
+    yield client
+    client.stop()
+
+
+def state(zk, partition: int, topic: str = TOPIC) -> dict:
+    data, _ = zk.get(f"/brokers/topics/{topic}/partitions/{partition}/state")
+    return orjson.loads(data)
+
+
+def end_offset_for_epoch(node_port: int, partition: int, epoch: int, current: int):
+    """Ask a node OffsetForLeaderEpoch (v3, as followers do): (error, epoch, end offset)."""
+    from klog.protocol.apis import offset_for_leader_epoch as api
+    from klog.protocol.client import NEED_DATA, ClientConnection
+    connection = ClientConnection()
+    body = api.Request(replica_id=-1, topics=[api.OffsetForLeaderTopic(topic=TOPIC, partitions=[
+        api.OffsetForLeaderPartition(partition=partition, current_leader_epoch=current,
+                                     leader_epoch=epoch)])])
+    with socket.create_connection(("127.0.0.1", node_port), timeout=10) as sock:
+        sock.sendall(connection.send_request(api.SPEC.key, 3, body)[1])
+        while (answer := connection.next_response()) is NEED_DATA:
+            connection.receive_data(sock.recv(65536))
+    result = answer[1].topics[0].partitions[0]
+    return result.error_code, result.leader_epoch, result.end_offset
+
+
+def replica_batches(appliance: Appliance, partition: int, topic: str = TOPIC
+                    ) -> list[tuple] | None:
+    """(base offset, last offset delta, leader epoch, crc) of every batch of this appliance's
+    replica of the partition, read from its segment files; None if it holds no replica."""
+    for disk in appliance.log_dirs:
+        directory = Path(disk) / f"{topic}-{partition}"
+        if directory.is_dir():
+            batches = []
+            for path in sorted(directory.glob("*.log")):
+                data = path.read_bytes()
+                batches += [(h.base_offset, h.last_offset_delta, h.partition_leader_epoch,
+                             h.crc) for h in _headers(data)]
+            return batches
+    return None
+
+
+def _headers(data: bytes):
+    """The batches of a segment file, up to its preallocated zeros."""
+    pos = 0
+    while len(data) - pos >= HEADER_BYTES:
+        header = read_header(data, pos)
+        if header.batch_length == 0:
+            return
+        yield header
+        pos += header.size
+
+
+def all_replicas_equal(fleet, topic: str = TOPIC, partitions: int = PARTITIONS) -> bool:
+    for partition in range(partitions):
+        copies = [replica_batches(a, partition, topic) for a in fleet]
+        if any(c is None for c in copies) or not copies[0] or any(c != copies[0] for c in copies):
+            return False
+    return True
+
+
+class Writer:
+    """An idempotent acks=all producer in a thread, keeping what was acknowledged."""
+
+    def __init__(self, bootstrap: str):
+        self.producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
+                                  "acks": "all", "linger.ms": 2, "message.timeout.ms": 120_000,
+                                  "retry.backoff.ms": 100})
+        self.acked: dict[tuple[int, int], int] = {}  # (partition, offset) -> value
+        self.errors: list[str] = []
+        self.sent = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _delivered(self, err, msg) -> None:
+        if err is not None:
+            self.errors.append(str(err))
+        else:
+            self.acked[(msg.partition(), msg.offset())] = int(msg.value())
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.producer.produce(TOPIC, str(FIRST_VALUE + self.sent).encode(),
+                                      partition=self.sent % PARTITIONS,
+                                      on_delivery=self._delivered)
+                self.sent += 1
+            except BufferError:
+                self.producer.poll(0.05)
+            self.producer.poll(0)
+            if self.sent % 50 == 0:
+                time.sleep(0.01)  # a steady stream, not a flood
+        self.producer.flush(120)
+
+    def start(self) -> Writer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(150)
+
+
+def kill_appliance(victim: Appliance) -> None:
+    """kill -9 of the supervisor, then of its workers: nothing of the appliance is left."""
+    pids = [pid for pid in victim.pids().values() if pid > 0]
+    victim.kill()
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def read_partition(bootstrap: str, partition: int, end: int) -> list[tuple[int, int]]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"repl-check-{partition}",
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    consumer.assign([TopicPartition(TOPIC, partition, 0)])
+    out: list[tuple[int, int]] = []
+    deadline = time.monotonic() + 60
+    while (not out or out[-1][0] < end - 1) and time.monotonic() < deadline:
+        for message in consumer.consume(1000, timeout=1):
+            if not message.error():
+                out.append((message.offset(), int(message.value())))
+    consumer.close()
+    return out
+
+
+def test_replicas_hold_the_same_batches(fleet, zk):
+    admin = AdminClient({"bootstrap.servers": fleet[0].bootstrap})
+    admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3, config={"min.insync.replicas": "2"})]
+                        )[TOPIC].result(30)
+    wait_until(lambda: led(fleet[0].bootstrap, TOPIC, PARTITIONS), 30, "leaders")
+    for partition in range(PARTITIONS):
+        assert len(state(zk, partition)["isr"]) == 3
+    producer = Producer({"bootstrap.servers": fleet[1].bootstrap, "enable.idempotence": True,
+                         "acks": "all", "linger.ms": 5})
+    acked = []
+    for i in range(3000):
+        producer.produce(TOPIC, f"{i}".encode(), partition=i % PARTITIONS,
+                         on_delivery=lambda err, msg: acked.append(err is None))
+        producer.poll(0)
+    assert producer.flush(60) == 0
+    assert len(acked) == 3000 and all(acked)
+    wait_until(lambda: all_replicas_equal(fleet), 30, "every replica to hold the same batches")
+    for partition in range(PARTITIONS):
+        batches = replica_batches(fleet[0], partition)
+        assert batches[-1][0] + batches[-1][1] + 1 == 1000
+        epoch = state(zk, partition)["leader_epoch"]
+        assert {b[2] for b in batches} == {epoch}  # the leader stamped its epoch into each
+
+
+def test_killing_the_leader_appliance_loses_no_acknowledged_record(fleet, zk):
+    before = {p: state(zk, p) for p in range(PARTITIONS)}
+    victim_id = before[0]["leader"] // 100
+    victim = fleet[victim_id - 1]
+    writer = Writer(",".join(a.bootstrap for a in fleet if a is not victim)).start()
+    wait_until(lambda: len(writer.acked) >= 1500, 60, "acknowledgements before the kill")
+    kill_appliance(victim)
+    acked_at_kill = len(writer.acked)
+    wait_until(lambda: state(zk, 0)["leader"] // 100 not in (-1, victim_id) and
+               state(zk, 0)["leader"] >= 0, SESSION_MS / 1000 + 30, "a new leader")
+    after = state(zk, 0)
+    assert after["leader_epoch"] > before[0]["leader_epoch"]
+    assert after["leader"] in before[0]["isr"]
+    # the new leader says where the old epoch ended in its log: where its own began
+    new_port = fleet[after["leader"] // 100 - 1].port + after["leader"] % 100
+    error, epoch, old_end = wait_until(
+        lambda: (answer := end_offset_for_epoch(new_port, 0, before[0]["leader_epoch"],
+                                                after["leader_epoch"]))[0] != 6 and answer,
+        30, "the new leader to hear that it leads")  # 6: NOT_LEADER_OR_FOLLOWER, not yet
+    assert (error, epoch) == (0, before[0]["leader_epoch"]) and old_end > 0
+    stale = end_offset_for_epoch(new_port, 0, before[0]["leader_epoch"],
+                                 before[0]["leader_epoch"])
+    assert stale[0] == 74  # FENCED_LEADER_EPOCH: a caller that missed the election
+    wait_until(lambda: len(writer.acked) >= acked_at_kill + 1500, 90,
+               "acknowledgements from the new leaders")
+    victim.start(timeout_s=60)
+    wait_until(lambda: all(len(state(zk, p)["isr"]) == 3 for p in range(PARTITIONS)), 60,
+               "the restarted appliance to rejoin every ISR")
+    writer.stop()
+    assert not writer.errors, writer.errors[:5]
+    wait_until(lambda: all_replicas_equal(fleet), 60, "every replica to hold the same batches")
+    survivor = next(a for a in fleet if a is not victim)
+    values_seen = set()
+    for partition in range(PARTITIONS):
+        acked = {o: v for (p, o), v in writer.acked.items() if p == partition}
+        end = max(acked) + 1
+        records = read_partition(survivor.bootstrap, partition, end)
+        offsets = [o for o, _ in records]
+        assert offsets == sorted(set(offsets)), "offsets in order, each once"
+        by_offset = dict(records)
+        for offset, value in acked.items():
+            assert by_offset.get(offset) == value, f"{partition}@{offset}"
+        values = [v for _, v in records if v >= FIRST_VALUE]
+        assert values == sorted(values), "per-partition order"
+        assert len(set(values)) == len(values) and not values_seen & set(values), \
+            "a record consumed twice"
+        values_seen |= set(values)
+    assert set(writer.acked.values()) <= values_seen
+    # each log dir keeps its replicas' high watermarks (Kafka's replication-offset-checkpoint)
+    wait_until(lambda: all(past_the_first_test(checkpointed(a)) for a in fleet), 30,
+               "high-watermark checkpoints")
+
+
+def checkpointed(appliance: Appliance) -> dict[int, int]:
+    """TOPIC's partitions -> high watermark, from the appliance's checkpoint files."""
+    found = {}
+    for disk in appliance.log_dirs:
+        path = Path(disk) / "replication-offset-checkpoint"
+        if path.exists():
+            for line in path.read_text().splitlines()[2:]:
+                topic, partition, offset = line.split()
+                if topic == TOPIC:
+                    found[int(partition)] = int(offset)
+    return found
+
+
+def past_the_first_test(found: dict[int, int]) -> bool:
+    return sorted(found) == list(range(PARTITIONS)) and all(v > 1000 for v in found.values())
+
+
+def test_a_stalled_follower_leaves_the_isr_and_rejoins(fleet, zk):
+    """A topic whose replication factor is below its min.insync.replicas is refused at
+    creation. SIGSTOP of a follower's worker: after replica.lag.time.max.ms the leader drops
+    it from the ISR (the acks=all write that waited for it is answered
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND), so acks=all on a topic with min.insync.replicas=3 is
+    refused (NOT_ENOUGH_REPLICAS) while acks=1 still works; after SIGCONT it catches up and
+    the leader takes it back."""
+    from klog import Producer as KlogProducer
+    from klog.errors import KafkaError
+    admin = AdminClient({"bootstrap.servers": fleet[0].bootstrap})
+    with pytest.raises(Exception, match="below min.insync.replicas=3"):
+        admin.create_topics([NewTopic("hopeless", 1, 2, config={"min.insync.replicas": "3"})]
+                            )["hopeless"].result(30)
+    admin.create_topics([NewTopic("strict", 1, 3, config={"min.insync.replicas": "3"})]
+                        )["strict"].result(30)
+    wait_until(lambda: led(fleet[0].bootstrap, "strict", 1), 30, "a leader for strict")
+    wait_until(lambda: len(state(zk, 0, "strict")["isr"]) == 3, 30, "a full ISR")
+    current = state(zk, 0, "strict")
+    follower = next(r for r in current["isr"] if r != current["leader"])
+    pid = fleet[follower // 100 - 1].worker_pid(follower % 100)
+    bootstrap = fleet[current["leader"] // 100 - 1].bootstrap
+    strict = KlogProducer(bootstrap_servers=bootstrap, acks="all", retries=0)
+    relaxed = KlogProducer(bootstrap_servers=bootstrap, acks=1, retries=0)
+    try:
+        strict.send("strict", b"in sync", partition=0).result(30)
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            # appended, then committed only once the stalled follower left the ISR: with
+            # fewer copies than min.insync.replicas, which the producer is told
+            waiting = strict.send("strict", b"waits for the stalled follower", partition=0)
+            with pytest.raises(KafkaError, match="^NOT_ENOUGH_REPLICAS_AFTER_APPEND for"):
+                waiting.result(LAG_MS / 1000 + 30)
+            wait_until(lambda: follower not in state(zk, 0, "strict")["isr"], 30,
+                       "the stalled follower to leave the ISR")
+            with pytest.raises(KafkaError, match="^NOT_ENOUGH_REPLICAS for"):
+                strict.send("strict", b"refused", partition=0).result(30)
+            relaxed.send("strict", b"one copy is enough", partition=0).result(30)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        wait_until(lambda: follower in state(zk, 0, "strict")["isr"], 60,
+                   "the follower to catch up and rejoin the ISR")
+        # the leader hears of the write from its supervisor just after ZooKeeper has it: a
+        # client may still get the retriable NOT_ENOUGH_REPLICAS once, so this one retries
+        patient = KlogProducer(bootstrap_servers=bootstrap, acks="all")
+        patient.send("strict", b"in sync again", partition=0).result(30)
+        patient.close()
+    finally:
+        strict.close()
+        relaxed.close()
+
+
+def test_a_returning_leader_truncates_what_only_it_had(fleet, zk):
+    """The leader takes acks=1 records while both followers are stopped, then dies: a follower
+    leads in a new epoch without them, and the old leader, back, asks it where its epoch
+    ended (OffsetForLeaderEpoch) and truncates there before copying the new leader's log.
+    Every acks=all record survives; every replica ends with the same batches."""
+    from klog import Producer as KlogProducer
+    admin = AdminClient({"bootstrap.servers": fleet[0].bootstrap})
+    admin.create_topics([NewTopic("diverge", 1, 3, config={"min.insync.replicas": "2"})]
+                        )["diverge"].result(30)
+    wait_until(lambda: led(fleet[0].bootstrap, "diverge", 1), 30, "a leader for diverge")
+    wait_until(lambda: len(state(zk, 0, "diverge")["isr"]) == 3, 30, "a full ISR")
+    before = state(zk, 0, "diverge")
+    leader = fleet[before["leader"] // 100 - 1]
+    committed = KlogProducer(bootstrap_servers=leader.bootstrap, acks="all")
+    for i in range(100):
+        committed.send("diverge", f"{i}".encode(), partition=0)
+    committed.flush(30)
+    followers = [r for r in before["isr"] if r != before["leader"]]
+    pids = [fleet[r // 100 - 1].worker_pid(r % 100) for r in followers]
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        alone = KlogProducer(bootstrap_servers=leader.bootstrap, acks=1, retries=0)
+        for i in range(100, 150):  # acknowledged by the leader alone: never committed
+            alone.send("diverge", f"{i}".encode(), partition=0).result(10)
+        alone.close()
+        kill_appliance(leader)
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+    wait_until(lambda: state(zk, 0, "diverge")["leader"] in followers, SESSION_MS / 1000 + 30,
+               "a follower to lead")
+    assert state(zk, 0, "diverge")["leader_epoch"] > before["leader_epoch"]
+    survivor = next(a for a in fleet if a is not leader)
+    after = KlogProducer(bootstrap_servers=survivor.bootstrap, acks="all")
+    for i in range(1000, 1050):
+        after.send("diverge", f"{i}".encode(), partition=0)
+    after.flush(60)
+    after.close()
+    committed.close()
+    leader.start(timeout_s=60)
+    wait_until(lambda: len(state(zk, 0, "diverge")["isr"]) == 3, 60,
+               "the old leader to rejoin the ISR")
+    wait_until(lambda: all_replicas_equal(fleet, "diverge", 1), 60, "replicas alike")
+    # the followers may have had one fetch answered just before they stopped: the cut is at
+    # what the new leader holds of epoch 0, from 100 up
+    cut = re.search(r"diverge-0: truncating from 150 to (\d+) ", leader.log_text())
+    assert cut is not None and 100 <= int(cut.group(1)) < 150
+    kept = int(cut.group(1))
+    consumer = Consumer({"bootstrap.servers": survivor.bootstrap, "group.id": "diverge-check",
+                         "enable.auto.commit": False})
+    consumer.assign([TopicPartition("diverge", 0, 0)])
+    values = []
+    deadline = time.monotonic() + 60
+    while len(values) < kept + 50 and time.monotonic() < deadline:
+        values += [int(m.value()) for m in consumer.consume(200, timeout=1) if not m.error()]
+    consumer.close()
+    assert values == list(range(kept)) + list(range(1000, 1050))
