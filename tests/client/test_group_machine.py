@@ -191,6 +191,23 @@ def test_a_fenced_member_loses_its_partitions_and_joins_anew(code):
     assert join.body.member_id == ""
 
 
+def test_a_background_heartbeat_answered_after_our_rejoin_began_loses_nothing():
+    """Seen in CI: the heartbeat thread's connection answered ILLEGAL_GENERATION for the
+    generation our in-flight JoinGroup was replacing; the member must not count as lost."""
+    core = make(partition_assignment_strategy=["cooperative-sticky"])
+    core.group.subscribe(topics=["t"])
+    stable(core, tps("tp0 tp1"), protocol="cooperative-sticky")
+    core.group.membership.request_rejoin("a member left")
+    join = pick(core.poll(NOW + 10), join_group)
+    core.group.membership.on_background_heartbeat(ErrorCode.ILLEGAL_GENERATION, 1, "m1",
+                                                  NOW + 20)
+    assert events(core) == []  # nothing revoked as lost
+    core.on_response(join, join_answer(join, generation=2, protocol="cooperative-sticky"),
+                     NOW + 30)
+    sync = pick(core.poll(NOW + 30), sync_group)
+    assert (sync.body.generation_id, sync.body.member_id) == (2, "m1")
+
+
 def test_a_moved_coordinator_is_found_again_and_the_membership_kept():
     core = make()
     core.group.subscribe(topics=["t"])

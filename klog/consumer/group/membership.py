@@ -308,10 +308,14 @@ class Membership:
     def on_background_heartbeat(self, code: int, generation: int, member_id: str,
                                 now_ms: int) -> None:
         """The blocking consumer's heartbeat thread got an answer while the application
-        worked; it counts as ours if it was about our current membership."""
+        worked; it counts as ours if it was about our current membership. While our own
+        JoinGroup is out, it does not: the thread's connection may answer after the group
+        moved on to the generation that JoinGroup is about to bring us (ILLEGAL_GENERATION
+        for a member that is not lost), and the join's answer settles it anyway."""
         if generation == self.generation and member_id == self.member_id:
             self.last_heartbeat_ms = max(self.last_heartbeat_ms, now_ms)
-            self._react(heartbeat, ErrorCode(code), now_ms)
+            if self.state != JOINING:
+                self._react(heartbeat, ErrorCode(code), now_ms)
 
     def _on_join_error(self, request, response, code: ErrorCode, now_ms: int) -> None:
         if request.api is join_group and code == ErrorCode.MEMBER_ID_REQUIRED:
