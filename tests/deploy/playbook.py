@@ -35,6 +35,7 @@ def inventory(fleet: Fleet, path: Path) -> Path:
              "      -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null",
              "    zookeeper_heap: 96m", "    zookeeper_tick_time: 500",
              "    klog_appliance_properties:", "      num.partitions: 3",
+             "      default.replication.factor: 3", "      min.insync.replicas: 2",
              "      zookeeper.session.timeout.ms: 6000",
              "      group.initial.rebalance.delay.ms: 0",
              "  children:", "    zookeeper:", "      hosts:"]

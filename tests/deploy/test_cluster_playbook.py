@@ -3,8 +3,9 @@
 One fleet per module: the hosts boot once, the playbook deploys ZooKeeper and an appliance on
 each, and the tests then use the fleet from outside the hosts with real Kafka clients, kill an
 appliance under systemd, run the playbook again, and roll a new klog wheel through the fleet.
-A partition has one replica until replication lands, so the kill and the roll are survived by
-retries (idempotent producers with a long delivery.timeout.ms), not by failover.
+Topics have three replicas (one per appliance) and min.insync.replicas=2, so the kill and the
+roll are survived by failover: the playbook restarts a host only once no partition of the fleet
+is under-replicated, and producers (idempotent, acks=all) retry through the leader moves.
 """
 
 from __future__ import annotations
@@ -97,7 +98,8 @@ def zookeeper_mode(deployed: Deployed, host) -> str:
 
 def create_topic(bootstrap: str, name: str, partitions: int) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(60)
+    admin.create_topics([NewTopic(name, partitions, 3, config={"min.insync.replicas": "2"})]
+                        )[name].result(60)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         topic = admin.list_topics(name, timeout=10).topics[name]

@@ -12,6 +12,8 @@ import os
 import re
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -22,7 +24,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from klog.protocol.record_batch import HEADER_BYTES, read_header
-from tests.conftest import Appliance
+from tests.conftest import REPO, Appliance
 from tests.fleet.test_appliances import led, wait_for_brokers, wait_until
 
 pytestmark = pytest.mark.interop
@@ -48,6 +50,7 @@ def fleet(ensemble, tmp_path_factory):
                 "broker.rack": f"rack-{broker_id}",
                 "group.initial.rebalance.delay.ms": "0",
                 "replica.lag.time.max.ms": str(LAG_MS),
+                "default.replication.factor": "3",
             })
             appliance.start(timeout_s=60)
             appliances.append(appliance)
@@ -391,3 +394,29 @@ def test_a_returning_leader_truncates_what_only_it_had(fleet, zk):
         values += [int(m.value()) for m in consumer.consume(200, timeout=1) if not m.error()]
     consumer.close()
     assert values == list(range(kept)) + list(range(1000, 1050))
+
+
+def test_the_fleet_settles_with_nothing_under_replicated(fleet, zk):
+    """After the faults above, and a group's commit: every partition's ISR is whole again, as
+    `klog cluster status` reports it. The offsets topic keeps one replica while its writes
+    are not replicated (extra replicas would never return to its ISR)."""
+    consumer = Consumer({"bootstrap.servers": fleet[0].bootstrap, "group.id": "settle",
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    consumer.subscribe([TOPIC])
+    wait_until(lambda: consumer.consume(10, timeout=1) and consumer.assignment(), 60,
+               "the group to read")
+    consumer.commit(asynchronous=False)
+    consumer.close()
+    offsets = AdminClient({"bootstrap.servers": fleet[0].bootstrap}).list_topics(
+        "__consumer_offsets", timeout=10).topics["__consumer_offsets"]
+    assert {len(p.replicas) for p in offsets.partitions.values()} == {1}
+
+    def status():
+        done = subprocess.run([sys.executable, "-m", "cli.main", "cluster", "status",
+                               "--config", str(fleet[0].config), "--json"], cwd=REPO,
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return orjson.loads(done.stdout)
+    settled = wait_until(lambda: (s := status())["under_replicated_partitions"] == [] and s,
+                         90, "every ISR to be whole")
+    assert settled["offline_partitions"] == []

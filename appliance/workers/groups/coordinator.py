@@ -77,8 +77,10 @@ class GroupCoordinator:
         controller = self.worker.controller
         info = controller.topic(OFFSETS_TOPIC)
         if info is None:
+            # one replica until the coordinator's writes are replicated: extra replicas would
+            # hold nothing and, once out of the ISR, never return to it
             result = controller.create_topic(
-                OFFSETS_TOPIC, self.worker.config.offsets_topic_num_partitions, -1,
+                OFFSETS_TOPIC, self.worker.config.offsets_topic_num_partitions, 1,
                 self.topic_configs())
             if result.error not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
                 raise CoordinatorError(ErrorCode.COORDINATOR_NOT_AVAILABLE, result.message)
