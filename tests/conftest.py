@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import itertools
 import os
 import signal
@@ -16,6 +17,15 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def _stop_with_parent() -> None:
+    """In the appliance's child before exec: a killed test run stops its appliances too
+    (SIGTERM: the supervisor's graceful stop, so nothing is left in /dev/shm)."""
+    ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
 
 
 def free_port() -> int:
@@ -73,7 +83,7 @@ class Appliance:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "cli.main", "appliance", "run", "--config", str(self.config)],
             cwd=REPO, stdout=self._stderr, stderr=subprocess.STDOUT,
-            env={**os.environ, **(env or {})},
+            env={**os.environ, **(env or {})}, preexec_fn=_stop_with_parent,
         )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
