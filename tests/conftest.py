@@ -70,6 +70,7 @@ class Appliance:
             "log.segment.bytes": str(64 * 1024 * 1024),
         }
         lines.update(settings or {})
+        self.settings = lines
         self.config.write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
         self.process: subprocess.Popen | None = None
         self.stderr_path = workdir / "appliance.log"

@@ -12,46 +12,30 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.conftest import Appliance, require_binary
+from tests.fleet.harness import (
+    SESSION_MS,
+    controller_and_epoch,
+    led,
+    metadata,
+    read_values,
+    running_fleet,
+    wait_until,
+)
+from tests.fleet.harness import zk_client as chrooted_zk_client
 
 pytestmark = pytest.mark.interop
 
-SESSION_MS = 6000
+CHROOT = "/klog-fleet"
+
+
+def zk_client(ensemble):
+    return chrooted_zk_client(ensemble, CHROOT)
 
 
 @pytest.fixture(scope="module")
 def fleet(ensemble, tmp_path_factory):
-    root = tmp_path_factory.mktemp("fleet")
-    appliances = []
-    try:
-        for broker_id in (1, 2, 3):
-            appliance = Appliance(root / f"a{broker_id}", log_dirs=2, settings={
-                "broker.id": str(broker_id),
-                "zookeeper.connect": f"{ensemble.connect}/klog-fleet",
-                "zookeeper.session.timeout.ms": str(SESSION_MS),
-                "broker.rack": f"rack-{broker_id}",
-                "group.initial.rebalance.delay.ms": "0",
-            })
-            appliance.start(timeout_s=60)
-            appliances.append(appliance)
-        wait_for_brokers(appliances[0], 6)
+    with running_fleet(ensemble, tmp_path_factory.mktemp("fleet"), CHROOT) as appliances:
         yield appliances
-    finally:
-        for appliance in appliances:
-            appliance.stop()
-
-
-def metadata(bootstrap: str):
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    return admin.list_topics(timeout=10)
-
-
-def wait_for_brokers(appliance, count: int, timeout_s: float = 30):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if len(metadata(appliance.bootstrap).brokers) == count:
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"Metadata never listed {count} brokers")
 
 
 def node_addresses(appliances):
@@ -161,49 +145,14 @@ def test_partitions_added_and_configs_read_through_any_node(fleet):
     assert read_values(consumer, 90, 60) == set(range(90))
 
 
-def zk_client(ensemble):
-    from kazoo.client import KazooClient
-    client = KazooClient(hosts=f"{ensemble.connect}/klog-fleet")
-    client.start(timeout=10)
-    return client
 
 
-def controller_and_epoch(zk) -> tuple[int, int]:
-    import orjson
-    try:
-        data, _ = zk.get("/controller")
-    except Exception:  # noqa: BLE001 - none elected right now
-        return -1, int(zk.get("/controller_epoch")[0])
-    return orjson.loads(data)["brokerid"], int(zk.get("/controller_epoch")[0])
 
 
-def led(bootstrap: str, topic: str, partitions: int) -> bool:
-    """Whether Metadata from `bootstrap` shows every partition of `topic` with a leader."""
-    found = metadata(bootstrap).topics.get(topic)
-    return (found is not None and len(found.partitions) == partitions
-            and all(p.leader >= 0 for p in found.partitions.values()))
 
 
-def read_values(consumer, count: int, timeout_s: float) -> set[int]:
-    """The integer values a subscribed or assigned consumer reads (it is closed after)."""
-    values: set[int] = set()
-    deadline = time.monotonic() + timeout_s
-    while len(values) < count and time.monotonic() < deadline:
-        for message in consumer.consume(count, timeout=1):
-            if not message.error():
-                values.add(int(message.value()))
-    consumer.close()
-    return values
 
 
-def wait_until(predicate, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_a_stopped_appliance_leaves_and_returns_with_its_data(fleet):

@@ -7,14 +7,12 @@ truncates what it must, catches up and rejoins the ISR."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -23,13 +21,23 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from klog.protocol.record_batch import HEADER_BYTES, read_header
 from tests.conftest import REPO, Appliance
-from tests.fleet.test_appliances import led, wait_for_brokers, wait_until
+from tests.fleet.harness import (
+    SESSION_MS,
+    AckedWriter,
+    all_replicas_equal,
+    kill_appliance,
+    led,
+    partition_state,
+    read_partition,
+    replica_batches,
+    running_fleet,
+    wait_until,
+    zk_client,
+)
 
 pytestmark = pytest.mark.interop
 
-SESSION_MS = 6000
 CHROOT = "/klog-repl"
 TOPIC = "replicated"
 PARTITIONS = 3
@@ -39,40 +47,20 @@ LAG_MS = 3000  # replica.lag.time.max.ms: short, so a stalled follower leaves th
 
 @pytest.fixture(scope="module")
 def fleet(ensemble, tmp_path_factory):
-    root = tmp_path_factory.mktemp("repl")
-    appliances = []
-    try:
-        for broker_id in (1, 2, 3):
-            appliance = Appliance(root / f"a{broker_id}", log_dirs=2, settings={
-                "broker.id": str(broker_id),
-                "zookeeper.connect": f"{ensemble.connect}{CHROOT}",
-                "zookeeper.session.timeout.ms": str(SESSION_MS),
-                "broker.rack": f"rack-{broker_id}",
-                "group.initial.rebalance.delay.ms": "0",
-                "replica.lag.time.max.ms": str(LAG_MS),
-                "default.replication.factor": "3",
-            })
-            appliance.start(timeout_s=60)
-            appliances.append(appliance)
-        wait_for_brokers(appliances[0], 6)
-        yield appliances
-    finally:
-        for appliance in appliances:
-            appliance.stop()
+    with running_fleet(ensemble, tmp_path_factory.mktemp("repl"), CHROOT, settings={
+            "replica.lag.time.max.ms": str(LAG_MS), "default.replication.factor": "3"}) as found:
+        yield found
 
 
 @pytest.fixture(scope="module")
 def zk(ensemble):
-    from kazoo.client import KazooClient
-    client = KazooClient(hosts=f"{ensemble.connect}{CHROOT}")
-    client.start(timeout=10)
+    client = zk_client(ensemble, CHROOT)
     yield client
     client.stop()
 
 
 def state(zk, partition: int, topic: str = TOPIC) -> dict:
-    data, _ = zk.get(f"/brokers/topics/{topic}/partitions/{partition}/state")
-    return orjson.loads(data)
+    return partition_state(zk, topic, partition)
 
 
 def end_offset_for_epoch(node_port: int, partition: int, epoch: int, current: int):
@@ -91,106 +79,6 @@ def end_offset_for_epoch(node_port: int, partition: int, epoch: int, current: in
     return result.error_code, result.leader_epoch, result.end_offset
 
 
-def replica_batches(appliance: Appliance, partition: int, topic: str = TOPIC
-                    ) -> list[tuple] | None:
-    """(base offset, last offset delta, leader epoch, crc) of every batch of this appliance's
-    replica of the partition, read from its segment files; None if it holds no replica."""
-    for disk in appliance.log_dirs:
-        directory = Path(disk) / f"{topic}-{partition}"
-        if directory.is_dir():
-            batches = []
-            for path in sorted(directory.glob("*.log")):
-                data = path.read_bytes()
-                batches += [(h.base_offset, h.last_offset_delta, h.partition_leader_epoch,
-                             h.crc) for h in _headers(data)]
-            return batches
-    return None
-
-
-def _headers(data: bytes):
-    """The batches of a segment file, up to its preallocated zeros."""
-    pos = 0
-    while len(data) - pos >= HEADER_BYTES:
-        header = read_header(data, pos)
-        if header.batch_length == 0:
-            return
-        yield header
-        pos += header.size
-
-
-def all_replicas_equal(fleet, topic: str = TOPIC, partitions: int = PARTITIONS) -> bool:
-    for partition in range(partitions):
-        copies = [replica_batches(a, partition, topic) for a in fleet]
-        if any(c is None for c in copies) or not copies[0] or any(c != copies[0] for c in copies):
-            return False
-    return True
-
-
-class Writer:
-    """An idempotent acks=all producer in a thread, keeping what was acknowledged."""
-
-    def __init__(self, bootstrap: str):
-        self.producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
-                                  "acks": "all", "linger.ms": 2, "message.timeout.ms": 120_000,
-                                  "retry.backoff.ms": 100})
-        self.acked: dict[tuple[int, int], int] = {}  # (partition, offset) -> value
-        self.errors: list[str] = []
-        self.sent = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _delivered(self, err, msg) -> None:
-        if err is not None:
-            self.errors.append(str(err))
-        else:
-            self.acked[(msg.partition(), msg.offset())] = int(msg.value())
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.producer.produce(TOPIC, str(FIRST_VALUE + self.sent).encode(),
-                                      partition=self.sent % PARTITIONS,
-                                      on_delivery=self._delivered)
-                self.sent += 1
-            except BufferError:
-                self.producer.poll(0.05)
-            self.producer.poll(0)
-            if self.sent % 50 == 0:
-                time.sleep(0.01)  # a steady stream, not a flood
-        self.producer.flush(120)
-
-    def start(self) -> Writer:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(150)
-
-
-def kill_appliance(victim: Appliance) -> None:
-    """kill -9 of the supervisor, then of its workers: nothing of the appliance is left."""
-    pids = [pid for pid in victim.pids().values() if pid > 0]
-    victim.kill()
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-
-
-def read_partition(bootstrap: str, partition: int, end: int) -> list[tuple[int, int]]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"repl-check-{partition}",
-                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
-    consumer.assign([TopicPartition(TOPIC, partition, 0)])
-    out: list[tuple[int, int]] = []
-    deadline = time.monotonic() + 60
-    while (not out or out[-1][0] < end - 1) and time.monotonic() < deadline:
-        for message in consumer.consume(1000, timeout=1):
-            if not message.error():
-                out.append((message.offset(), int(message.value())))
-    consumer.close()
-    return out
-
-
 def test_replicas_hold_the_same_batches(fleet, zk):
     admin = AdminClient({"bootstrap.servers": fleet[0].bootstrap})
     admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3, config={"min.insync.replicas": "2"})]
@@ -207,9 +95,10 @@ def test_replicas_hold_the_same_batches(fleet, zk):
         producer.poll(0)
     assert producer.flush(60) == 0
     assert len(acked) == 3000 and all(acked)
-    wait_until(lambda: all_replicas_equal(fleet), 30, "every replica to hold the same batches")
+    wait_until(lambda: all_replicas_equal(fleet, TOPIC, PARTITIONS), 30,
+               "every replica to hold the same batches")
     for partition in range(PARTITIONS):
-        batches = replica_batches(fleet[0], partition)
+        batches = replica_batches(fleet[0], TOPIC, partition)
         assert batches[-1][0] + batches[-1][1] + 1 == 1000
         epoch = state(zk, partition)["leader_epoch"]
         assert {b[2] for b in batches} == {epoch}  # the leader stamped its epoch into each
@@ -219,7 +108,8 @@ def test_killing_the_leader_appliance_loses_no_acknowledged_record(fleet, zk):
     before = {p: state(zk, p) for p in range(PARTITIONS)}
     victim_id = before[0]["leader"] // 100
     victim = fleet[victim_id - 1]
-    writer = Writer(",".join(a.bootstrap for a in fleet if a is not victim)).start()
+    writer = AckedWriter(",".join(a.bootstrap for a in fleet if a is not victim), TOPIC,
+                          PARTITIONS, FIRST_VALUE).start()
     wait_until(lambda: len(writer.acked) >= 1500, 60, "acknowledgements before the kill")
     kill_appliance(victim)
     acked_at_kill = len(writer.acked)
@@ -245,13 +135,14 @@ def test_killing_the_leader_appliance_loses_no_acknowledged_record(fleet, zk):
                "the restarted appliance to rejoin every ISR")
     writer.stop()
     assert not writer.errors, writer.errors[:5]
-    wait_until(lambda: all_replicas_equal(fleet), 60, "every replica to hold the same batches")
+    wait_until(lambda: all_replicas_equal(fleet, TOPIC, PARTITIONS), 60,
+               "every replica to hold the same batches")
     survivor = next(a for a in fleet if a is not victim)
     values_seen = set()
     for partition in range(PARTITIONS):
         acked = {o: v for (p, o), v in writer.acked.items() if p == partition}
         end = max(acked) + 1
-        records = read_partition(survivor.bootstrap, partition, end)
+        records = read_partition(survivor.bootstrap, TOPIC, partition, end)
         offsets = [o for o, _ in records]
         assert offsets == sorted(set(offsets)), "offsets in order, each once"
         by_offset = dict(records)
