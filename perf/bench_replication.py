@@ -9,6 +9,11 @@ Three appliances (two workers each) and a three-server ZooKeeper on this host:
 - failover: kill -9 of the appliance leading partition 0 of the factor-3 topic, until the
   producer's next acknowledgement of a message to that partition (s); the ZooKeeper
   session timeout (the time before the fleet may declare the leader dead) is its floor.
+- follower catch-up: a follower's appliance is stopped while its leader takes some hundred
+  MB, then started; the rate at which its replica copies the leader's log (from its first
+  copied byte to the leader's log end, read from its shm region), beside a raw loop that
+  sendfiles the same segment files over a loopback TCP connection into a file: the floor of
+  what a follower's fetch, append and publication could cost.
 
 Run: .venv/bin/python perf/bench_replication.py [--quick]
 """
@@ -33,6 +38,8 @@ from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from kazoo.client import KazooClient  # noqa: E402
 
+from appliance.config import load_config  # noqa: E402
+from appliance.shm.appliance_region import ApplianceRegion  # noqa: E402
 from tests.conftest import Appliance  # noqa: E402
 from tests.fleet.zookeeper import Ensemble  # noqa: E402
 
@@ -117,6 +124,100 @@ def failover_s(fleet: list[Appliance], zk, topic: str) -> float:
     return took
 
 
+def replica_view(appliance: Appliance, topic: str, partition: int):
+    """The partition as the appliance's shm region shows it (None: not there yet)."""
+    try:
+        region = ApplianceRegion.open_status(load_config(appliance.config))
+    except Exception:  # noqa: BLE001 - not started yet
+        return None
+    try:
+        for status in region.snapshot().partitions:
+            if (status.topic, status.partition) == (topic, partition) and status.view:
+                return status.view
+        return None
+    finally:
+        region.close()
+
+
+def catch_up(fleet: list[Appliance], zk, bootstrap: str, megabytes: int) -> tuple[float, float,
+                                                                                   int]:
+    """(bytes/s copied by a restarted follower, bytes/s of the raw sendfile loop, bytes)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic("catchup", 1, 3, config={"min.insync.replicas": "1"})]
+                        )["catchup"].result(30)
+    wait_led(bootstrap, "catchup", 1)
+    data, _ = zk.get("/brokers/topics/catchup/partitions/0/state")
+    leader_node = orjson.loads(data)["leader"]
+    leader = fleet[leader_node // 100 - 1]
+    follower = next(a for a in fleet if a is not leader)
+    follower.stop()
+    p = Producer({"bootstrap.servers": leader.bootstrap, "acks": 1, "linger.ms": 20,
+                  "batch.size": 1_000_000, "compression.type": "none"})
+    value = os.urandom(1000)
+    for _ in range(megabytes * 1000):
+        while True:
+            try:
+                p.produce("catchup", value, partition=0)
+                break
+            except BufferError:
+                p.poll(0.01)
+    assert p.flush(300) == 0
+    target = replica_view(leader, "catchup", 0)
+    start_end = None
+    follower.start(timeout_s=60)
+    first_at = None
+    while True:
+        view = replica_view(follower, "catchup", 0)
+        now = time.perf_counter()
+        if view is not None and view.log_end_offset >= 0:
+            if start_end is None:
+                start_end = view.log_end_offset
+            elif first_at is None and view.log_end_offset > start_end:
+                first_at, first_bytes = now, view.size_bytes
+            if view.log_end_offset >= target.log_end_offset:
+                copied = view.size_bytes - (first_bytes if first_at else 0)
+                took = now - (first_at or now)
+                break
+        time.sleep(0.005)
+    rate = copied / took if took > 0 else float("inf")
+    return rate, raw_sendfile_rate(leader, "catchup", 0), target.size_bytes
+
+
+def raw_sendfile_rate(appliance: Appliance, topic: str, partition: int) -> float:
+    """sendfile of the partition's segment files over loopback TCP into a file."""
+    import socket
+    import threading
+    files = sorted(p for d in appliance.log_dirs
+                   for p in (Path(d) / f"{topic}-{partition}").glob("*.log"))
+    listener = socket.create_server(("127.0.0.1", 0))
+    out_path = Path(appliance.log_dirs[0]).parent / "raw-copy.bin"
+    received = []
+
+    def receive() -> None:
+        conn, _ = listener.accept()
+        total = 0
+        with conn, open(out_path, "wb") as out:
+            while chunk := conn.recv(1 << 20):
+                out.write(chunk)
+                total += len(chunk)
+        received.append(total)
+
+    thread = threading.Thread(target=receive)
+    thread.start()
+    start = time.perf_counter()
+    with socket.create_connection(listener.getsockname()) as sock:
+        for path in files:
+            with open(path, "rb") as f:
+                size, offset = os.fstat(f.fileno()).st_size, 0
+                while offset < size:
+                    offset += os.sendfile(sock.fileno(), f.fileno(), offset, size - offset)
+    thread.join()
+    took = time.perf_counter() - start
+    listener.close()
+    out_path.unlink()
+    return received[0] / took
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
@@ -144,6 +245,10 @@ def main() -> None:
                       f"latency p50 {p50:.2f} ms, p99 {p99:.2f} ms ({samples} one at a time)")
             zk = KazooClient(hosts=f"{ensemble.connect}{CHROOT}")
             zk.start(timeout=10)
+            copied, raw, size = catch_up(fleet, zk, bootstrap, 64 if args.quick else 512)
+            print(f"follower catch-up: {copied / 1e6:,.0f} MB/s over {size / 1e6:,.0f} MB; "
+                  f"raw sendfile of the same segment files into a file: {raw / 1e6:,.0f} MB/s "
+                  f"(ratio {copied / raw:.2f})")
             times = [failover_s(fleet, zk, "rf3") for _ in range(kills)]
             zk.stop()
             print(f"kill -9 of partition 0's leader -> next ack: median "
