@@ -20,7 +20,7 @@ import bisect
 import logging
 import os
 
-from .layout import fsync_directory
+from .layout import replace_durably
 
 log = logging.getLogger("klog.segments")
 
@@ -120,17 +120,8 @@ class LeaderEpochCache:
     def _write(self) -> None:
         if not os.path.isdir(self.directory):
             return  # the log was deleted meanwhile
-        tmp = self.path + ".tmp"
-        text = f"{_VERSION}\n{len(self.entries)}\n" + "".join(
-            f"{epoch} {start}\n" for epoch, start in self.entries)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, text.encode("ascii"))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
-        fsync_directory(self.directory)
+        replace_durably(self.path, f"{_VERSION}\n{len(self.entries)}\n" + "".join(
+            f"{epoch} {start}\n" for epoch, start in self.entries))
 
 
 def _parse(path: str) -> list[tuple[int, int]]:
