@@ -152,7 +152,8 @@ class ConsumerProtocol:
         elif request.api in GROUP_APIS:
             self.group.on_response(request, response, now_ms)  # type: ignore[union-attr]
         elif request.api is list_offsets:
-            self._lookups.on_response(request, response)
+            if self._lookups.on_response(request, response):
+                self._backoff[request.node] = now_ms + self.config.retry_backoff_ms
         else:
             self._fetcher.on_response(request, response, now_ms)
 

@@ -63,7 +63,9 @@ class Fetcher:
         for tp, offset in wanted:
             states[tp].fetching = True
             topics.setdefault(tp.topic, []).append(fetch.FetchPartition(
-                partition=tp.partition, current_leader_epoch=-1, fetch_offset=offset,
+                partition=tp.partition,
+                current_leader_epoch=self.cluster.leader_epoch_of(tp.topic, tp.partition),
+                fetch_offset=offset,
                 log_start_offset=-1, partition_max_bytes=config.max_partition_fetch_bytes))
         body = fetch.Request(
             replica_id=-1, max_wait_ms=config.fetch_max_wait_ms,
