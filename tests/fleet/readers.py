@@ -62,8 +62,7 @@ class ConfluentReader(Reader):
     def run(self) -> None:
         from confluent_kafka import Consumer, TopicPartition
         consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "failover-ck",
-                             "enable.auto.commit": False, "auto.offset.reset": "earliest",
-                             "topic.metadata.refresh.interval.ms": 5000})
+                             "enable.auto.commit": False, "auto.offset.reset": "earliest"})
         consumer.assign([TopicPartition(self.topic, p, 0) for p in range(self.partitions)])
         try:
             while not self.done():
@@ -83,8 +82,7 @@ class KafkaPythonReader(Reader):
     def run(self) -> None:
         from kafka import KafkaConsumer, TopicPartition
         consumer = KafkaConsumer(bootstrap_servers=self.bootstrap.split(","),
-                                 enable_auto_commit=False, auto_offset_reset="earliest",
-                                 metadata_max_age_ms=5000)
+                                 enable_auto_commit=False, auto_offset_reset="earliest")
         tps = [TopicPartition(self.topic, p) for p in range(self.partitions)]
         consumer.assign(tps)
         for tp in tps:
@@ -107,8 +105,7 @@ class AiokafkaReader(Reader):
     async def _read(self) -> None:
         from aiokafka import AIOKafkaConsumer, TopicPartition
         consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap.split(","),
-                                    enable_auto_commit=False, auto_offset_reset="earliest",
-                                    metadata_max_age_ms=5000)
+                                    enable_auto_commit=False, auto_offset_reset="earliest")
         await consumer.start()
         tps = [TopicPartition(self.topic, p) for p in range(self.partitions)]
         consumer.assign(tps)
@@ -129,8 +126,7 @@ class KlogReader(Reader):
 
     def run(self) -> None:
         import klog
-        consumer = klog.Consumer(bootstrap_servers=self.bootstrap, auto_offset_reset="earliest",
-                                 metadata_max_age_ms=5000)
+        consumer = klog.Consumer(bootstrap_servers=self.bootstrap, auto_offset_reset="earliest")
         tps = [klog.TopicPartition(self.topic, p) for p in range(self.partitions)]
         consumer.assign(tps)
         for tp in tps:

@@ -41,7 +41,7 @@ pytestmark = pytest.mark.interop
 
 CHROOT = "/klog-client-failover"
 TOPIC = "failover"
-PARTITIONS = 3
+PARTITIONS = 6  # two led by each appliance: the kill moves two
 LAG_MS = 10_000  # replica.lag.time.max.ms: a follower stopped for a moment stays in the ISR
 FENCED, UNKNOWN_EPOCH, NOT_LEADER = 74, 75, 6
 
