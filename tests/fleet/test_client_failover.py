@@ -10,13 +10,15 @@ Then the broker's side of KIP-320 on the fleet left by that failover (leader epo
 Fetch and ListOffsets with an old, the current and a new `current_leader_epoch`, at the
 leader's worker, at its appliance's other worker (through shm), and at a follower; the leader
 epochs ListOffsets answers; and a fetch above the high watermark but within the log (what a
-new leader sees while its high watermark catches up) answered empty."""
+new leader sees while its high watermark catches up) answered empty; and a new leader
+whose high watermark still lags, made to last by a stopped follower."""
 
 from __future__ import annotations
 
 import os
 import signal
 
+import orjson
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -42,8 +44,8 @@ pytestmark = pytest.mark.interop
 CHROOT = "/klog-client-failover"
 TOPIC = "failover"
 PARTITIONS = 6  # two led by each appliance: the kill moves two
-LAG_MS = 10_000  # replica.lag.time.max.ms: a follower stopped for a moment stays in the ISR
-FENCED, UNKNOWN_EPOCH, NOT_LEADER = 74, 75, 6
+LAG_MS = 20_000  # replica.lag.time.max.ms: a follower stopped for a while stays in the ISR
+FENCED, UNKNOWN_EPOCH, NOT_LEADER, OFFSET_NOT_AVAILABLE = 74, 75, 6, 78
 
 
 @pytest.fixture(scope="module")
@@ -263,3 +265,59 @@ def test_a_fetch_above_the_high_watermark_within_the_log_is_empty(failover, flee
         assert beyond.error_code == 1  # OFFSET_OUT_OF_RANGE past the log end, as Kafka
     finally:
         os.kill(pid, signal.SIGCONT)
+
+
+def test_a_new_leader_whose_high_watermark_lags_answers_without_resetting(failover, fleet, zk):
+    """Right after a failover the new leader holds records up to the old leader's log end,
+    but its high watermark is the one it last learned as a follower, until its followers
+    fetch from it. Made to last: the third replica is stopped (SIGSTOP) while acks=1
+    records arrive, so the old leader's high watermark stays behind, then the old leader's
+    appliance is killed and the second replica elected. Meanwhile a fetch between the two
+    is an empty answer at either worker of its appliance, and ListOffsets for the latest
+    offset answers the retriable OFFSET_NOT_AVAILABLE (not an offset below what consumers
+    have read); once the third replica is back, the high watermark catches up."""
+    partition, state = next((p, s) for p, s in states(zk).items()
+                            if s["leader"] == _replicas(zk, p)[0] and len(s["isr"]) == 3)
+    old, second, third = _replicas(zk, partition)
+    epoch = state["leader_epoch"]
+    high_watermark = list_offsets_answer(node_port(fleet, old), partition, -1, epoch).offset
+    pid = appliance_of(fleet, third).worker_pid(third % 100)
+    os.kill(pid, signal.SIGSTOP)
+    victim = appliance_of(fleet, old)
+    try:
+        producer = Producer({"bootstrap.servers": victim.bootstrap, "acks": 1,
+                             "enable.idempotence": False, "linger.ms": 0})
+        for i in range(5):
+            producer.produce(TOPIC, b"%d" % (20_000_000 + i), partition=partition)
+        assert producer.flush(30) == 0
+        log_end = high_watermark + 5
+        wait_until(lambda: (b := replica_batches(appliance_of(fleet, second), TOPIC,
+                                                 partition)) and b[-1][0] + b[-1][1] + 1
+                   == log_end, 30, "the second replica to copy the records")
+        kill_appliance(victim)
+        new = wait_until(lambda: (s := partition_state(zk, TOPIC, partition))["leader"]
+                         == second and s, SESSION_MS / 1000 + 30, "the second replica to lead")
+        port = node_port(fleet, second)
+        answer = wait_until(lambda: (a := list_offsets_answer(
+            port, partition, -1, new["leader_epoch"])).error_code != UNKNOWN_EPOCH and a,
+            30, "the new leader to hear of its election")
+        assert answer.error_code == OFFSET_NOT_AVAILABLE
+        sibling = second - second % 100 + (1 - second % 100)
+        for node in (second, sibling):
+            for offset in (high_watermark + 1, log_end):
+                fetched = fetch_answer(node_port(fleet, node), partition, offset,
+                                       new["leader_epoch"])
+                assert fetched.error_code == 0 and not fetched.records, (node, offset)
+                assert fetched.high_watermark == high_watermark
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    latest = wait_until(lambda: (a := list_offsets_answer(
+        port, partition, -1, new["leader_epoch"])).error_code == 0 and a, 60,
+        "the high watermark to catch up")
+    assert (latest.offset, latest.leader_epoch) == (log_end, new["leader_epoch"])
+
+
+def _replicas(zk, partition: int) -> list[int]:
+    """The partition's replicas in assignment order (the first live one in the ISR leads)."""
+    data, _ = zk.get(f"/brokers/topics/{TOPIC}")
+    return orjson.loads(data)["partitions"][str(partition)]
