@@ -162,3 +162,11 @@ def test_a_read_up_to_a_held_high_watermark_on_an_indexed_batch(open_log, log_di
                              active_base_offset=snap.active_base_offset,
                              active_bytes=snap.active_bytes)
         assert remote.position + remote.length == position
+
+
+def test_the_epoch_of_an_offset_and_where_an_epoch_began(open_log):
+    log = leader_log(open_log, [(0, 2), (3, 1), (5, 2)])  # epochs begin at 0, 4, 6
+    cache = log.leader_epochs
+    assert [cache.epoch_for_offset(o) for o in (0, 3, 4, 5, 6, 9)] == [0, 0, 3, 3, 5, 5]
+    assert (cache.start_offset_of(3), cache.start_offset_of(4)) == (4, None)
+    assert LeaderEpochCache("/nonexistent").epoch_for_offset(7) == -1
