@@ -72,6 +72,20 @@ class LeaderEpochCache:
     def latest_epoch(self) -> int:
         return self.entries[-1][0] if self.entries else UNDEFINED_EPOCH
 
+    def epoch_for_offset(self, offset: int) -> int:
+        """The epoch of the batch holding ``offset``: the latest entry starting at or before
+        it (UNDEFINED_EPOCH before the first entry, or with none)."""
+        starts = [s for _, s in self.entries]
+        at = bisect.bisect_right(starts, offset)
+        return self.entries[at - 1][0] if at else UNDEFINED_EPOCH
+
+    def start_offset_of(self, epoch: int) -> int | None:
+        """Where ``epoch`` began in this log, or None if the cache has no entry for it."""
+        for entry_epoch, start in self.entries:
+            if entry_epoch == epoch:
+                return start
+        return None
+
     def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
         """Kafka's `endOffsetFor`: ``(the largest epoch <= epoch, where it ends)``. The latest
         epoch ends at the log end; an older one where the next epoch starts. An epoch below

@@ -316,6 +316,7 @@ class Replication:
         if (error == ErrorCode.NONE and role is not None and role.leading
                 and role.leader_epoch == leader_epoch and owned is not None):
             # written behind our leader epoch: ours now, before the fleet's broadcast says so
+            self.worker.statistics.isr_changed(len(role.isr), len(isr))
             role.isr = tuple(isr)
             self._update_leader(key, owned, role)
 

@@ -135,3 +135,38 @@ def test_an_unreadable_checkpoint_is_rebuilt(open_log, log_dir):
         assert reopened.leader_epochs.entries == [(2, 0)]
     finally:
         reopened.close()
+
+
+def test_a_read_up_to_a_held_high_watermark_on_an_indexed_batch(open_log, log_dir):
+    """The high watermark held (replication) exactly at a batch that has an offset index
+    entry: a read that may reach it stops there. The index entry names a batch past the
+    bound, which once was taken for a broken index (rebuilt, then an error to the client)."""
+    from appliance.segments.non_owner_reader import PartitionReader
+    log = open_log()
+    log.hold_high_watermark = True
+    for _ in range(40):
+        log.append(make_batch(records=2, payload=b"x" * 100), now_ms=0)
+    segment = log.segments.active
+    entries = log.active_index_entries()
+    assert len(entries) >= 3
+    position = entries[1][1]  # an indexed batch: the high watermark will be its base offset
+    header = next(h for p, h in segment.headers(0, segment.size) if p == position)
+    log.set_high_watermark(header.base_offset)
+    first = segment.base_offset
+    piece = log.read(first, 1 << 20)
+    assert (piece.position, piece.position + piece.length) == (0, position)
+    snap = log.snapshot()
+    with PartitionReader(log_dir) as reader:
+        remote = reader.read(first, 1 << 20, log_start_offset=0, high_watermark=snap.high_watermark,
+                             log_end_offset=snap.log_end_offset,
+                             active_base_offset=snap.active_base_offset,
+                             active_bytes=snap.active_bytes)
+        assert remote.position + remote.length == position
+
+
+def test_the_epoch_of_an_offset_and_where_an_epoch_began(open_log):
+    log = leader_log(open_log, [(0, 2), (3, 1), (5, 2)])  # epochs begin at 0, 4, 6
+    cache = log.leader_epochs
+    assert [cache.epoch_for_offset(o) for o in (0, 3, 4, 5, 6, 9)] == [0, 0, 3, 3, 5, 5]
+    assert (cache.start_offset_of(3), cache.start_offset_of(4)) == (4, None)
+    assert LeaderEpochCache("/nonexistent").epoch_for_offset(7) == -1
