@@ -10,7 +10,9 @@ the offsets partitions holds the same batches from the same log start."""
 
 from __future__ import annotations
 
-import socket
+import logging
+import os
+import signal
 import threading
 import time
 from pathlib import Path
@@ -21,6 +23,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from appliance.segments.layout import read_state
 from appliance.workers.groups.offsets_log import partition_for
+from klog.protocol.apis import find_coordinator as find_coordinator_api
+from klog.protocol.apis import offset_commit, offset_fetch
 from klog.protocol.error_codes import ErrorCode
 from tests.fleet.harness import (
     SESSION_MS,
@@ -33,6 +37,7 @@ from tests.fleet.harness import (
     wait_until,
     zk_client,
 )
+from tests.worker.raw import RawClient
 
 pytestmark = pytest.mark.interop
 
@@ -43,6 +48,7 @@ TOPIC = "tracked"
 PARTITIONS = 3
 PER_PARTITION = 4000
 BATCH = 20  # records per poll, each poll's positions committed at once
+LAG_MS = 5000  # replica.lag.time.max.ms: stopped followers leave the ISR soon
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +57,8 @@ def fleet(ensemble, tmp_path_factory):
                        settings={"offsets.topic.num.partitions": str(OFFSETS_PARTITIONS),
                                  "offsets.topic.segment.bytes": str(64 * 1024),
                                  "default.replication.factor": "3",
-                                 "min.insync.replicas": "2"}) as found:
+                                 "min.insync.replicas": "2",
+                                 "replica.lag.time.max.ms": str(LAG_MS)}) as found:
         yield found
 
 
@@ -64,28 +71,37 @@ def zk(ensemble):
 
 def find_coordinator(port: int, group: str) -> tuple[int, int]:
     """FindCoordinator v2 asked of one node: (error code, coordinator node id)."""
-    from klog.protocol.apis import find_coordinator as api
-    from klog.protocol.client import NEED_DATA, ClientConnection
-    connection = ClientConnection()
-    body = api.Request(key=group, key_type=0)
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
-        sock.sendall(connection.send_request(api.SPEC.key, 2, body)[1])
-        while (answer := connection.next_response()) is NEED_DATA:
-            connection.receive_data(sock.recv(65536))
-    return answer[1].error_code, answer[1].node_id
+    client = RawClient(port)
+    try:
+        answer = client.call(find_coordinator_api, 2, key=group, key_type=0)
+    finally:
+        client.close()
+    return answer.error_code, answer.node_id
 
 
 def offset_fetch_error(port: int, group: str) -> int:
     """OffsetFetch v5 of a group asked of one node: its top-level error code."""
-    from klog.protocol.apis import offset_fetch as api
-    from klog.protocol.client import NEED_DATA, ClientConnection
-    connection = ClientConnection()
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
-        sock.sendall(connection.send_request(api.SPEC.key, 5, api.Request(
-            group_id=group, topics=None))[1])
-        while (answer := connection.next_response()) is NEED_DATA:
-            connection.receive_data(sock.recv(65536))
-    return answer[1].error_code
+    client = RawClient(port)
+    try:
+        return client.call(offset_fetch, 5, group_id=group, topics=None).error_code
+    finally:
+        client.close()
+
+
+def simple_commit(port: int, group: str, offset: int) -> ErrorCode:
+    """An OffsetCommit v7 outside any generation (as an assign() consumer's) of `offset` for
+    partition 0 of TOPIC, asked of one node: its error."""
+    client = RawClient(port, timeout_s=30)
+    try:
+        answer = client.call(offset_commit, 7, group_id=group, generation_id_or_member_epoch=-1,
+                             member_id="", group_instance_id=None, topics=[
+                                 offset_commit.OffsetCommitRequestTopic(name=TOPIC, partitions=[
+                                     offset_commit.OffsetCommitRequestPartition(
+                                         partition_index=0, committed_offset=offset,
+                                         committed_leader_epoch=-1, committed_metadata="")])])
+    finally:
+        client.close()
+    return ErrorCode(answer.topics[0].partitions[0].error_code)
 
 
 def log_start(appliance, topic: str, partition: int) -> int | None:
@@ -309,3 +325,79 @@ def replicas_alike(fleet, partition: int) -> bool:
     copies = [[b for b in replica_batches(a, OFFSETS, partition) if b[0] >= start]
               for a in fleet]
     return all(c == copies[0] for c in copies)
+
+
+def test_a_commit_without_enough_in_sync_replicas_is_retried_until_they_return(fleet, zk):
+    """Both followers of an offsets partition stopped (SIGSTOP): the leader drops them from
+    the ISR, and with fewer in-sync replicas than min.insync.replicas (2) a commit is
+    answered COORDINATOR_NOT_AVAILABLE, stored nowhere; kafka-python's commit retries it,
+    and succeeds once the followers are back (SIGCONT), caught up and in the ISR again."""
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KafkaTopicPartition
+    from kafka.structs import OffsetAndMetadata
+    target = 1
+    group = groups_on(target, "offsets-isr")
+    wait_until(lambda: len(partition_state(zk, OFFSETS, target)["isr"]) == 3, 60, "a full ISR")
+    leader = partition_state(zk, OFFSETS, target)["leader"]
+    home = appliance_of(fleet, leader)
+    wait_until(lambda: simple_commit(home.port, group, 1) == ErrorCode.NONE, 30,
+               "a first commit")
+    consumer = KafkaConsumer(bootstrap_servers=home.bootstrap, group_id=group,
+                             enable_auto_commit=False, request_timeout_ms=60_000)
+    partition = KafkaTopicPartition(TOPIC, 0)
+    consumer.assign([partition])
+    pids = [a.worker_pid(0) for a in fleet if a is not home]
+    outcome: list = []
+    retrying = threading.Thread(target=lambda: outcome.append(_commit_or_error(
+        consumer, {partition: OffsetAndMetadata(2, "", -1)})), daemon=True)
+    refusals = _Refusals(group)
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        wait_until(lambda: partition_state(zk, OFFSETS, target)["isr"] == [leader],
+                   LAG_MS / 1000 + 30, "the stopped followers to leave the ISR")
+        assert simple_commit(home.port, group, 3) == ErrorCode.COORDINATOR_NOT_AVAILABLE
+        retrying.start()
+        wait_until(lambda: refusals.seen, 30, "kafka-python's commit to be refused")
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+        refusals.close()
+    retrying.join(90)
+    assert outcome == [None], outcome  # retried until the ISR was back
+    assert committed_offsets(home.bootstrap, group)[0] == 2
+    consumer.close()
+    wait_until(lambda: len(partition_state(zk, OFFSETS, target)["isr"]) == 3, 60,
+               "the followers back in the ISR")
+
+
+def _commit_or_error(consumer, offsets):
+    try:
+        consumer.commit(offsets)
+        return None
+    except Exception as exc:  # noqa: BLE001 - reported by the test
+        return exc
+
+
+class _Refusals(logging.Handler):
+    """Whether kafka-python has been answered a retriable error to a commit of `group` (its
+    coordinator logs each at debug level, then retries)."""
+
+    def __init__(self, group: str):
+        super().__init__(logging.DEBUG)
+        self.group = group
+        self.seen = False
+        self.logger = logging.getLogger("kafka.coordinator.consumer")
+        self.level_before = self.logger.level
+        self.logger.setLevel(logging.DEBUG)
+        self.logger.addHandler(self)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if f"OffsetCommit for group {self.group} failed" in message:
+            self.seen = True
+
+    def close(self) -> None:
+        self.logger.removeHandler(self)
+        self.logger.setLevel(self.level_before)
+        super().close()
