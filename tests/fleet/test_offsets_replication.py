@@ -11,8 +11,6 @@ the offsets partitions holds the same batches from the same log start."""
 from __future__ import annotations
 
 import logging
-import os
-import signal
 import threading
 import time
 from pathlib import Path
@@ -328,10 +326,11 @@ def replicas_alike(fleet, partition: int) -> bool:
 
 
 def test_a_commit_without_enough_in_sync_replicas_is_retried_until_they_return(fleet, zk):
-    """Both followers of an offsets partition stopped (SIGSTOP): the leader drops them from
-    the ISR, and with fewer in-sync replicas than min.insync.replicas (2) a commit is
-    answered COORDINATOR_NOT_AVAILABLE, stored nowhere; kafka-python's commit retries it,
-    and succeeds once the followers are back (SIGCONT), caught up and in the ISR again."""
+    """Both followers' appliances of an offsets partition killed: the controller drops them
+    from the ISR, and with fewer in-sync replicas than min.insync.replicas (2) a commit is
+    answered COORDINATOR_NOT_AVAILABLE, stored nowhere; kafka-python's commit, refused,
+    retries until the appliances are back, caught up and in the ISR again, and succeeds.
+    (Killed, not stopped: a client must not be left waiting on a paused node's socket.)"""
     from kafka import KafkaConsumer
     from kafka import TopicPartition as KafkaTopicPartition
     from kafka.structs import OffsetAndMetadata
@@ -340,30 +339,32 @@ def test_a_commit_without_enough_in_sync_replicas_is_retried_until_they_return(f
     wait_until(lambda: len(partition_state(zk, OFFSETS, target)["isr"]) == 3, 60, "a full ISR")
     leader = partition_state(zk, OFFSETS, target)["leader"]
     home = appliance_of(fleet, leader)
+    others = [a for a in fleet if a is not home]
     wait_until(lambda: simple_commit(home.port, group, 1) == ErrorCode.NONE, 30,
                "a first commit")
     consumer = KafkaConsumer(bootstrap_servers=home.bootstrap, group_id=group,
-                             enable_auto_commit=False, request_timeout_ms=60_000)
+                             enable_auto_commit=False, request_timeout_ms=90_000)
     partition = KafkaTopicPartition(TOPIC, 0)
     consumer.assign([partition])
-    pids = [a.worker_pid(0) for a in fleet if a is not home]
     outcome: list = []
     retrying = threading.Thread(target=lambda: outcome.append(_commit_or_error(
         consumer, {partition: OffsetAndMetadata(2, "", -1)})), daemon=True)
     refusals = _Refusals(group)
-    for pid in pids:
-        os.kill(pid, signal.SIGSTOP)
     try:
+        for appliance in others:
+            kill_appliance(appliance)
         wait_until(lambda: partition_state(zk, OFFSETS, target)["isr"] == [leader],
-                   LAG_MS / 1000 + 30, "the stopped followers to leave the ISR")
-        assert simple_commit(home.port, group, 3) == ErrorCode.COORDINATOR_NOT_AVAILABLE
+                   SESSION_MS / 1000 + 30, "the killed followers to leave the ISR")
+        assert wait_until(lambda: (error := simple_commit(home.port, group, 3)) !=
+                          ErrorCode.NONE and error, 30, "a refusal") == \
+            ErrorCode.COORDINATOR_NOT_AVAILABLE
         retrying.start()
         wait_until(lambda: refusals.seen, 30, "kafka-python's commit to be refused")
     finally:
-        for pid in pids:
-            os.kill(pid, signal.SIGCONT)
         refusals.close()
-    retrying.join(90)
+        for appliance in others:
+            appliance.start(timeout_s=60)
+    retrying.join(120)
     assert outcome == [None], outcome  # retried until the ISR was back
     assert committed_offsets(home.bootstrap, group)[0] == 2
     consumer.close()
