@@ -131,6 +131,12 @@ class LeaderEpochCache:
             self.entries[0] = (self.entries[0][0], start_offset)
             self._write()
 
+    def clear(self) -> None:
+        """Forget every epoch: the log was emptied and restarted at a new offset."""
+        if self.entries:
+            self.entries = []
+            self._write()
+
     def _write(self) -> None:
         if not os.path.isdir(self.directory):
             return  # the log was deleted meanwhile

@@ -174,7 +174,7 @@ class Worker:
         now_ms = self.now_ms()
         for info in self.controller.topics():
             self.partitions.open_topic(info, now_ms=now_ms)
-        self.groups.load_owned()
+        self.groups.follow_leadership()  # alone: loads what it owns; a fleet's wait for roles
         self.controller.add_listener(self._on_topic_change)
         self.controller.add_reload_listener(self._on_reload)
 
@@ -197,8 +197,8 @@ class Worker:
         else:
             self.partitions.open_topic(info, now_ms=self.now_ms())
             self.replication.apply(info)
-            if name == OFFSETS_TOPIC:
-                self.groups.load_owned()
+            if name == OFFSETS_TOPIC:  # in the same step as the roles: no truncation between
+                self.groups.follow_leadership()
 
     async def serve(self, sock: socket.socket | None = None) -> None:
         """Start accepting on `sock` (bound by the caller) or on the configured listener."""
@@ -214,8 +214,8 @@ class Worker:
                        asyncio.ensure_future(self._flush_loop()),
                        asyncio.ensure_future(self._close_idle_connections()),
                        asyncio.ensure_future(MetricsPublisher(self).run())]
-        self.groups.start()
         self.replication.start()
+        self.groups.start()  # after the roles: it coordinates what it leads
         self._tasks.append(asyncio.ensure_future(self._watch_remote_appends()))
 
     @property
