@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from appliance.config import ConfigError, load_config
+from cli import cluster_elect
 from cluster.fleet_view import FleetSnapshot, read_fleet
 from cluster.placement import appliance_of
 from cluster.session import Session, ZooKeeperUnavailable
@@ -26,6 +27,7 @@ def add_arguments(parser) -> None:
     where.add_argument("--config", "-c", help="an appliance's config (its zookeeper.connect)")
     where.add_argument("--zookeeper", help="host:port[,host:port...][/chroot]")
     status.add_argument("--json", action="store_true", help="one JSON document")
+    cluster_elect.add_parser(actions)
 
 
 def summarize(snapshot: FleetSnapshot) -> dict:
@@ -75,6 +77,8 @@ def _print(summary: dict) -> None:
 
 
 def run(args) -> int:
+    if args.action == "elect-leaders":
+        return cluster_elect.run(args)
     connect = args.zookeeper
     if args.config:
         try:
