@@ -301,21 +301,32 @@ def test_unclean_election_on_and_off(fleet, zk, orders):
 def test_a_controlled_shutdown_waits_at_most_its_bound(fleet, zk, orders):
     """With the controller paused (its supervisor stopped, its session alive), nothing moves:
     an appliance told to stop waits controlled.shutdown.max.retries x retry.backoff.ms, says
-    so, and stops anyway."""
+    so, and stops anyway; told twice, it stops at once."""
     controller = fleet[controller_and_epoch(zk)[0] - 1]
     victim = next(a for a in fleet if a is not controller)
     with victim.config.open("a") as config:  # 2 x 1.5 s: well within the 6 s session
         config.write("controlled.shutdown.max.retries=2\n"
                      "controlled.shutdown.retry.backoff.ms=1500\n")
     sigterm(victim)
-    victim.start(timeout_s=60)
-    wait_until(lambda: in_sync(zk), 60, "the victim back in every ISR")
-    os.kill(controller.process.pid, signal.SIGSTOP)
-    try:
-        sigterm(victim)
-    finally:
-        os.kill(controller.process.pid, signal.SIGCONT)
-    assert re.search(r"controlled shutdown attempt 1 of 2: \d+ partition\(s\) still to move",
-                     victim.log_text())
-    assert re.search(r"controlled shutdown incomplete after 2 attempt\(s\) \([\d.]+ s\): \d+ "
-                     r"partition\(s\) could still move \(.*orders-", victim.log_text())
+    for twice in (False, True):
+        victim.start(timeout_s=60)
+        wait_until(lambda: in_sync(zk), 60, "the victim back in every ISR")
+        asked = victim.log_text().count("controlled shutdown: asking")
+        os.kill(controller.process.pid, signal.SIGSTOP)
+        try:
+            if twice:
+                victim.process.send_signal(signal.SIGTERM)
+                wait_until(lambda n=asked: victim.log_text().count(
+                    "controlled shutdown: asking") > n, 30, "the controlled shutdown to begin")
+            sigterm(victim)
+        finally:
+            os.kill(controller.process.pid, signal.SIGCONT)
+        text = victim.log_text()
+        if not twice:
+            assert re.search(r"controlled shutdown attempt 1 of 2: \d+ partition\(s\) still to "
+                             r"move", text)
+            assert re.search(r"controlled shutdown incomplete after 2 attempt\(s\) \([\d.]+ s\):"
+                             r" \d+ partition\(s\) could still move \(.*orders-", text)
+        else:
+            assert "stop signal during the controlled shutdown: stopping now" in text
+            assert text.count("controlled shutdown incomplete") == 1  # the first time only
