@@ -80,6 +80,14 @@ class BrokerConfig:
     worker_heartbeat_timeout_ms: int = 30_000
     # replication: a follower that has not caught up for this long leaves the ISR
     replica_lag_time_max_ms: int = 30_000
+    # leadership (cluster/leadership.py): on SIGTERM, leadership moves away first, waiting at
+    # most max.retries x retry.backoff.ms; the controller moves it back to preferred replicas
+    controlled_shutdown_enable: bool = True
+    controlled_shutdown_max_retries: int = 3
+    controlled_shutdown_retry_backoff_ms: int = 5000
+    auto_leader_rebalance_enable: bool = True
+    leader_imbalance_check_interval_seconds: int = 300
+    leader_imbalance_per_broker_percentage: int = 10
     # consumer groups (Kafka's keys; klog's smaller defaults suit one appliance's disks)
     offsets_topic_num_partitions: int = 16
     offsets_topic_segment_bytes: int = 16 * 1024 * 1024
@@ -158,6 +166,13 @@ def _minutes_to_ms(text: str) -> int:
     return _int(-1)(text) * 60_000 if text.strip() != "-1" else -1
 
 
+def _percentage(text: str) -> int:
+    value = _int(0)(text)
+    if value > 100:
+        raise ValueError(f"must be a percentage (0-100), got {value}")
+    return value
+
+
 def _port(text: str) -> int:
     value = _int(1)(text)
     if value > 65535:
@@ -222,6 +237,15 @@ KEYS: dict[str, tuple[str, object]] = {
     "file.delete.delay.ms": ("log.file_delete_delay_ms", _int(0)),
     "min.insync.replicas": ("log.min_insync_replicas", _int(1)),
     "replica.lag.time.max.ms": ("replica_lag_time_max_ms", _int(1)),
+    "unclean.leader.election.enable": ("log.unclean_leader_election_enable", _bool),
+    "controlled.shutdown.enable": ("controlled_shutdown_enable", _bool),
+    "controlled.shutdown.max.retries": ("controlled_shutdown_max_retries", _int(0)),
+    "controlled.shutdown.retry.backoff.ms": ("controlled_shutdown_retry_backoff_ms", _int(0)),
+    "auto.leader.rebalance.enable": ("auto_leader_rebalance_enable", _bool),
+    "leader.imbalance.check.interval.seconds": ("leader_imbalance_check_interval_seconds",
+                                                _int(1)),
+    "leader.imbalance.per.broker.percentage": ("leader_imbalance_per_broker_percentage",
+                                               _percentage),
 }
 
 # Kafka lets the finer unit win: log.retention.ms over .minutes over .hours, roll.ms over .hours.
@@ -238,7 +262,6 @@ IGNORED = frozenset({
     "transaction.state.log.min.isr", "log.cleaner.enable",
     "delete.topic.enable", "log.cleanup.policy",
     "inter.broker.listener.name", "listener.security.protocol.map",
-    "unclean.leader.election.enable",
 })
 
 

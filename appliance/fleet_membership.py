@@ -24,8 +24,10 @@ from appliance.controller.topics import (
     topic_log_config,
 )
 from appliance.identity import node_id_for
+from cluster import shutdown
+from cluster.leadership import LeadershipConfig
 from cluster.member import ClusterMember
-from cluster.session import CONNECTED, ZooKeeperUnavailable
+from cluster.session import CONNECTED, RegistrationConflict, ZooKeeperUnavailable
 from klog.protocol.error_codes import ErrorCode
 
 log = logging.getLogger(__name__)
@@ -45,7 +47,8 @@ class FleetMembership:
         self.member = ClusterMember(
             config.zookeeper_connect, broker_id=config.broker_id, host=config.advertised.host,
             rack=config.broker_rack, session_timeout_ms=config.zookeeper_session_timeout_ms,
-            connection_timeout_ms=config.zookeeper_connection_timeout_ms, on_change=wake)
+            connection_timeout_ms=config.zookeeper_connection_timeout_ms,
+            leadership=leadership_config(config), on_change=wake)
         self._producer_ids = iter(())
 
     def start(self) -> None:
@@ -73,6 +76,32 @@ class FleetMembership:
 
     def unregister_node(self, index: int) -> None:
         self.member.unregister_node(node_id_for(self.config.broker_id, index))
+
+    @property
+    def node_ids(self) -> set[int]:
+        return {node_id_for(self.config.broker_id, i) for i in range(len(self.config.log_dirs))}
+
+    def request_controlled_shutdown(self) -> bool:
+        """Ask the controller to move leadership away from this appliance's nodes; False if
+        ZooKeeper cannot take the request now (the appliance then stops as it would alone)."""
+        if not self.member.wait_connected(RECONNECT_WAIT_S):
+            log.warning("controlled shutdown: ZooKeeper is unreachable (session %s)",
+                        self.member.state)
+            return False
+        try:
+            self.member.request_controlled_shutdown()
+        except (ZooKeeperUnavailable, RegistrationConflict) as exc:
+            log.warning("controlled shutdown: cannot ask the controller: %s", exc)
+            return False
+        return True
+
+    def shutdown_pending(self) -> list[str]:
+        """Partitions the controller still has to change for this appliance to leave."""
+        return shutdown.pending(self.member.snapshot(), self.node_ids)
+
+    def leading(self) -> list[str]:
+        """Partitions this appliance's nodes lead, as the fleet's snapshot has it."""
+        return shutdown.leading(self.member.snapshot(), self.node_ids)
 
     def view(self) -> FleetView:
         snapshot = self.member.snapshot()
@@ -178,3 +207,12 @@ class FleetMembership:
             log.warning("no producer id block: %s", exc)
             return -1
         return next(self._producer_ids)
+
+
+def leadership_config(config: BrokerConfig) -> LeadershipConfig:
+    """What the controller of the fleet, if this appliance becomes it, decides by."""
+    return LeadershipConfig(
+        unclean_leader_election_enable=config.log_defaults.unclean_leader_election_enable,
+        auto_leader_rebalance_enable=config.auto_leader_rebalance_enable,
+        leader_imbalance_check_interval_s=config.leader_imbalance_check_interval_seconds,
+        leader_imbalance_per_broker_percentage=config.leader_imbalance_per_broker_percentage)

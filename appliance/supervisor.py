@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from appliance import sd_notify
 from appliance.config import BrokerConfig, ConfigError, check_advertised_listener
+from appliance.controlled_shutdown import ControlledShutdown
 from appliance.controller.catalog import Catalog, cluster_id
 from appliance.controller.decisions import ApplianceController
 from appliance.controller.fleet import FleetDecisions
@@ -72,6 +73,7 @@ class Supervisor:
         self._last_watchdog = 0.0
         self.sockets: list[socket.socket] = []
         self.fleet: FleetMembership | None = None  # cluster mode only
+        self._draining: ControlledShutdown | None = None  # cluster mode, after SIGTERM
         self.metrics: MetricsEndpoint | None = None  # with metrics.port only
 
     # start -------------------------------------------------------------------------------
@@ -187,6 +189,9 @@ class Supervisor:
             self._reap()
             if self.fleet is not None:
                 self.control.controller.refresh()
+            if self._draining is not None and self._draining.poll():
+                self._draining = None
+                self._stop_workers()
             if self._stopping:
                 if time.monotonic() > self._stop_deadline:
                     self._kill_all(signal.SIGKILL)
@@ -226,11 +231,26 @@ class Supervisor:
         pass  # the loop reaps on every pass
 
     def handle_sigterm(self) -> None:
-        """Graceful stop: workers stop accepting, answer what is in flight, flush, exit."""
+        """Graceful stop: in cluster mode leadership moves away first (a controlled
+        shutdown, while the workers serve on); then workers stop accepting, answer what is
+        in flight, flush, exit. A second signal during the controlled shutdown stops now."""
         if self._stopping:
             return
-        log.info("stopping: asking %d worker(s) to finish", len(self._alive_pids()))
+        if self._draining is not None:
+            log.warning("stop signal during the controlled shutdown: stopping now")
+            self._draining = None
+            self._stop_workers()
+            return
         sd_notify.notify("STOPPING=1")
+        if self.fleet is not None and self.config.controlled_shutdown_enable:
+            draining = ControlledShutdown(self.fleet, self.config)
+            if draining.begin():
+                self._draining = draining
+                return
+        self._stop_workers()
+
+    def _stop_workers(self) -> None:
+        log.info("stopping: asking %d worker(s) to finish", len(self._alive_pids()))
         self._stopping = True
         self._stop_deadline = time.monotonic() + self.config.shutdown_timeout_ms / 1000
         self._kill_all(signal.SIGTERM)

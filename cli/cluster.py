@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from appliance.config import ConfigError, load_config
+from cli import cluster_elect
 from cluster.fleet_view import FleetSnapshot, read_fleet
 from cluster.placement import appliance_of
 from cluster.session import Session, ZooKeeperUnavailable
@@ -30,6 +31,7 @@ def add_arguments(parser) -> None:
     status.add_argument("--json", action="store_true", help="one JSON document")
     status.add_argument("--problems", action="store_true",
                         help="list only offline and under-replicated partitions")
+    cluster_elect.add_parser(actions)
 
 
 def summarize(snapshot: FleetSnapshot) -> dict:
@@ -110,6 +112,8 @@ def _print(summary: dict, problems_only: bool = False) -> None:
 
 
 def run(args) -> int:
+    if args.action == "elect-leaders":
+        return cluster_elect.run(args)
     connect = args.zookeeper
     if args.config:
         try:

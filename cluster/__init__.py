@@ -21,13 +21,17 @@ Kafka's own paths and JSON, so Kafka's tools can read them:
 | `/brokers/topics/<t>/partitions/<p>/state` | persistent | `{"version":1,"leader":101,"leader_epoch":0,"isr":[101,201],"controller_epoch":3}`, written with a conditional set by the controller (leaders, dead nodes out of the ISR) and by the leader's appliance (ISR changes, `isr.py`) |
 | `/config/topics/<t>` | persistent | `{"version":1,"config":{...}}`: the topic's overrides |
 | `/admin/delete_topics/<t>` | persistent | a request to delete `t`, carried out by the controller |
+| `/admin/preferred_replica_election` | persistent | Kafka's request `{"version":1,"partitions":[{"topic":t,"partition":p}]}`: move these to their preferred replica; removed by the controller when done (`preferred.py`) |
 | `/latest_producer_id_block` | persistent | Kafka's block of producer ids last handed out (conditional set) |
 | `/klog/appliances/<broker.id>` | ephemeral | klog's own: the appliance (rack, host) as one failure domain |
+| `/klog/controlled_shutdown/<broker.id>` | ephemeral | klog's own: the appliance asks the controller to move leadership away before it stops (`shutdown.py`) |
 
 **Rules.** Any appliance may create a topic (assignment and config in one multi) or ask for
 a deletion, as Kafka's admin client did; only the elected controller elects leaders and
 carries out deletions, and every one of its writes is a multi that first checks the version
 of `/controller_epoch` it was elected with, so a deposed controller (paused, partitioned,
 expired) can no longer write. A leader's appliance changes only its partition's ISR, with a
-version check that a new election defeats (`isr.py`). Leaders come from the ISR only.
+version check that a new election defeats (`isr.py`). Leaders come from the ISR only, unless
+a topic enables unclean election; never from an appliance in a controlled shutdown
+(`leadership.py`).
 """

@@ -8,11 +8,12 @@ been elected, or our session has expired, every write fails with `Fenced` instea
 
 `reconcile` brings partition states in line with the fleet, level-triggered from a snapshot:
 new partitions get their first states in one multi per topic (leader: first live replica;
-ISR: the live replicas); a partition whose leader is not live gets the first live replica of
-its ISR, in assignment order, with leader_epoch + 1 (none: leader -1, the ISR kept, as Kafka:
-no unclean election); dead nodes leave the ISR of partitions whose leader lives; requested
-deletions are carried out. Each state is written with its expected version, so a state
-changed meanwhile is left for the next pass.
+ISR: the live replicas); every other partition is settled by `leadership.settle` (a leader
+that is gone or shutting down replaced from the ISR with leader_epoch + 1, unclean election
+only where the topic enables it, dead and leaving nodes out of the ISR); requested
+deletions are carried out. Nodes of an appliance in a controlled shutdown count as live
+but never lead. Each state is written with its expected version, so a state changed
+meanwhile is left for the next pass.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 
 from cluster import znodes
 from cluster.fleet_view import FleetSnapshot, TopicState
+from cluster.leadership import UNCLEAN, nodes_of, settle, unclean_enabled
 from cluster.placement import elect_leader
 from cluster.session import (
     BadVersionError,
@@ -89,9 +91,12 @@ class FencedWriter:
             raise failed
 
 
-def reconcile(writer: FencedWriter, snapshot: FleetSnapshot) -> int:
-    """One pass of the controller's duties; returns the number of writes made."""
+def reconcile(writer: FencedWriter, snapshot: FleetSnapshot, *,
+              unclean_default: bool = False) -> int:
+    """One pass of the controller's duties; returns the number of writes made.
+    `unclean_default`: the broker's unclean.leader.election.enable (topics may override)."""
     live = set(snapshot.brokers)
+    shutting = nodes_of(snapshot.shutting_down, live)
     writes = 0
     for name in sorted(snapshot.deleting):
         writes += _delete_topic(writer, snapshot.topics.get(name), name)
@@ -100,10 +105,12 @@ def reconcile(writer: FencedWriter, snapshot: FleetSnapshot) -> int:
             continue
         fresh = [p for p in sorted(topic.replicas) if p not in topic.states]
         if fresh:
-            writes += _create_states(writer, topic, fresh, live)
+            writes += _create_states(writer, topic, fresh, live - shutting)
+        unclean = unclean_enabled(topic.config, unclean_default)
         for partition, replicas in sorted(topic.replicas.items()):
             if partition in topic.states:
-                writes += _settle_partition(writer, topic, partition, replicas, live)
+                writes += _settle_partition(writer, topic, partition, replicas, live, shutting,
+                                            unclean)
     return writes
 
 
@@ -132,23 +139,22 @@ def _create_states(writer: FencedWriter, topic: TopicState, partitions: list[int
 
 
 def _settle_partition(writer: FencedWriter, topic: TopicState, partition: int,
-                      replicas: tuple[int, ...], live: set[int]) -> int:
-    epoch = writer.election.epoch
+                      replicas: tuple[int, ...], live: set[int], shutting: set[int],
+                      unclean: bool) -> int:
     path = znodes.state_path(topic.name, partition)
     state, version = topic.states[partition]
-    if state.leader not in live:
-        leader = elect_leader(replicas, state.isr, live)
-        if leader == state.leader:
-            return 0
-        isr = tuple(r for r in state.isr if r in live) if leader >= 0 else state.isr
-        new = znodes.PartitionState(leader, state.leader_epoch + 1, isr, epoch)
-    elif any(r not in live for r in state.isr):
-        new = znodes.PartitionState(state.leader, state.leader_epoch,
-                                    tuple(r for r in state.isr if r in live), epoch)
-    else:
+    change = settle(state, replicas, live=live, shutting=shutting, unclean=unclean,
+                    controller_epoch=writer.election.epoch)
+    if change is None:
         return 0
-    log.info("%s-%d: leader %d -> %d (epoch %d), isr %s", topic.name, partition, state.leader,
-             new.leader, new.leader_epoch, list(new.isr))
+    new = change.state
+    if change.reason == UNCLEAN:
+        log.warning("%s-%d: UNCLEAN leader election: no in-sync replica of %s is live, so "
+                    "out-of-sync replica %d leads (epoch %d); records only the old ISR had "
+                    "are lost (unclean.leader.election.enable=true)", topic.name, partition,
+                    list(state.isr), new.leader, new.leader_epoch)
+    log.info("%s-%d: leader %d -> %d (epoch %d), isr %s: %s", topic.name, partition,
+             state.leader, new.leader, new.leader_epoch, list(new.isr), change.reason)
     return _write(writer, lambda tx: tx.set_data(path, new.encode(), version=version), path)
 
 

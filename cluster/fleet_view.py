@@ -1,5 +1,6 @@
 """The fleet as ZooKeeper holds it, read in one pass: live nodes, appliances, topics with their
-assignments, partition states and configs, the controller and its epoch, pending deletions.
+assignments, partition states and configs, the controller and its epoch, pending deletions,
+appliances asking for a controlled shutdown and a requested preferred-replica election.
 
 Every read arms a watch (`watch`), so any change anywhere re-runs the reader's owner; the
 owner re-reads everything (level-triggered, like a reconcile loop), which stays cheap for a
@@ -8,10 +9,13 @@ fleet of a few appliances and a few hundred partitions, and can never miss an ed
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 from cluster import znodes
 from cluster.session import NoNodeError, Session
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -33,6 +37,10 @@ class FleetSnapshot:
     controller_epoch: int = 0
     controller_epoch_version: int = -1
     deleting: frozenset[str] = frozenset()
+    # appliances (broker.id) asking for a controlled shutdown (leadership.py)
+    shutting_down: frozenset[int] = frozenset()
+    # a requested preferred-replica election and its node's version (preferred.py)
+    preferred_election: tuple[znodes.PreferredElection, int] | None = None
 
     def load_by_node(self) -> dict[int, int]:
         load: dict[int, int] = {}
@@ -58,6 +66,8 @@ def read_fleet(session: Session, watch) -> FleetSnapshot:
     appliance_ids = [int(c) for c in _children(session, znodes.APPLIANCES, watch)]
     names = _children(session, znodes.TOPICS, watch)
     deleting = frozenset(_children(session, znodes.DELETE_TOPICS, watch))
+    shutting_down = frozenset(int(c) for c in _children(session, znodes.CONTROLLED_SHUTDOWN,
+                                                        watch))
     unwatched = ([znodes.broker_path(b) for b in broker_ids] +
                  [znodes.appliance_path(a) for a in appliance_ids] +
                  [znodes.topic_config_path(n) for n in names])
@@ -73,9 +83,9 @@ def read_fleet(session: Session, watch) -> FleetSnapshot:
             path = znodes.appliance_path(appliance_id)
             appliances[appliance_id] = znodes.ApplianceRegistration.decode(got[0], path)
     configs = {name: got for name in names if (got := next(found)) is not None}
-    controller_node, epoch_node, *assignment_nodes = session.get_many(
-        [znodes.CONTROLLER, znodes.CONTROLLER_EPOCH] + [znodes.topic_path(n) for n in names],
-        watch)
+    controller_node, epoch_node, election_node, *assignment_nodes = session.get_many(
+        [znodes.CONTROLLER, znodes.CONTROLLER_EPOCH, znodes.PREFERRED_REPLICA_ELECTION]
+        + [znodes.topic_path(n) for n in names], watch)
     controller, owner = -1, 0
     if controller_node is not None:
         data, stat = controller_node
@@ -87,9 +97,22 @@ def read_fleet(session: Session, watch) -> FleetSnapshot:
     assignments = {name: (znodes.TopicAssignment.decode(got[0], znodes.topic_path(name)),
                           got[1].version)
                    for name, got in zip(names, assignment_nodes) if got is not None}
+    election = None
+    if election_node is not None:
+        election = (_election(election_node[0]), election_node[1].version)
     topics = _read_states(session, assignments, configs, watch)
     return FleetSnapshot(brokers, appliances, topics, controller, owner, epoch, epoch_version,
-                         deleting)
+                         deleting, shutting_down, election)
+
+
+def _election(data: bytes) -> znodes.PreferredElection:
+    """A request the controller cannot read is reported and taken as empty (the controller
+    then removes it): unlike the fleet's own state, a request must not stall every pass."""
+    try:
+        return znodes.PreferredElection.decode(data)
+    except znodes.ZnodeError as exc:
+        log.error("ignoring a preferred replica election request: %s", exc)
+        return znodes.PreferredElection(())
 
 
 def _read_states(session: Session, assignments: dict, configs: dict,

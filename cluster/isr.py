@@ -12,7 +12,11 @@ own for one conditional write; the version check is all the safety there is to g
   another leader or a higher leader epoch and gives up (FENCED_LEADER_EPOCH);
 - a concurrent change by the controller (a dead replica leaving the ISR) is never
   overwritten: the write is redone on what was re-read, or abandoned if it no longer
-  applies.
+  applies;
+- a replica of an appliance in a controlled shutdown is not taken back into the ISR
+  (INELIGIBLE_REPLICA, as Kafka's AlterPartition answers): it is still live and fetching,
+  but the controller took it out so that acks=all stops waiting for it. The requests are
+  read after the state, so a removal the state shows is never undone by a stale view.
 
 The written state keeps the controller epoch it had: that field records which controller
 last elected, which this write does not change.
@@ -23,6 +27,7 @@ from __future__ import annotations
 import logging
 
 from cluster import znodes
+from cluster.leadership import nodes_of
 from cluster.session import BadVersionError, NoNodeError, Session
 from klog.protocol.error_codes import ErrorCode
 
@@ -50,6 +55,9 @@ def alter_isr(session: Session, topic: str, partition: int, leader: int, leader_
                     else ErrorCode.NOT_LEADER_OR_FOLLOWER)
         if sorted(state.isr) == sorted(isr):
             return ErrorCode.NONE
+        added = set(isr) - set(state.isr)
+        if added and nodes_of(_shutting_down(session), added):
+            return ErrorCode.INELIGIBLE_REPLICA
         new = znodes.PartitionState(leader, leader_epoch, tuple(isr), state.controller_epoch)
         try:
             session.call("set", path, new.encode(), version=stat.version)
@@ -61,3 +69,11 @@ def alter_isr(session: Session, topic: str, partition: int, leader: int, leader_
                  leader, leader_epoch, list(state.isr), list(isr))
         return ErrorCode.NONE
     return ErrorCode.REQUEST_TIMED_OUT
+
+
+def _shutting_down(session: Session) -> list[int]:
+    """The appliances (broker ids) in a controlled shutdown now."""
+    try:
+        return [int(c) for c in session.call("get_children", znodes.CONTROLLED_SHUTDOWN)]
+    except NoNodeError:
+        return []

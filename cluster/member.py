@@ -27,7 +27,9 @@ from cluster import isr as isr_changes
 from cluster import znodes
 from cluster.controller import Election, Fenced, FencedWriter, elect, reconcile
 from cluster.fleet_view import FleetSnapshot, read_fleet
+from cluster.leadership import LeadershipConfig
 from cluster.placement import LiveNode, PlacementError, place_replicas
+from cluster.preferred import PreferredLeaders
 from cluster.session import (
     CONNECTED,
     LOST,
@@ -55,8 +57,11 @@ class AdminResult:
 class ClusterMember:
     def __init__(self, connect: str, *, broker_id: int, host: str, rack: str | None = None,
                  session_timeout_ms: int = 18_000, connection_timeout_ms: int = 18_000,
+                 leadership: LeadershipConfig | None = None,
                  on_change: Callable[[], None] = lambda: None):
         self.broker_id = broker_id
+        self.leadership = leadership or LeadershipConfig()
+        self.preferred = PreferredLeaders(self.leadership)
         self.host = host
         self.rack = rack
         self.on_change = on_change
@@ -121,6 +126,14 @@ class ClusterMember:
             self.session.unregister(znodes.broker_path(node_id))
         except ZooKeeperUnavailable as exc:
             log.warning("cannot unregister node %d now (%s); its session will", node_id, exc)
+        self.wake()
+
+    def request_controlled_shutdown(self) -> None:
+        """Ask the controller to move leadership away from this appliance's nodes
+        (`leadership.settle`); the request lives as long as this session, and comes back
+        with a new one. Raises ZooKeeperUnavailable."""
+        self.session.register(znodes.shutdown_request_path(self.broker_id),
+                              znodes.ShutdownRequest(self.broker_id).encode())
         self.wake()
 
     # the view -------------------------------------------------------------------------------
@@ -191,6 +204,7 @@ class ClusterMember:
         if self.election is None and snapshot.controller < 0:
             self.election = elect(self.session, self.broker_id)
             if self.election is not None:
+                self.preferred.elected()
                 self.wake()
             return
         if self.election is not None and (snapshot.controller != self.broker_id or
@@ -200,7 +214,12 @@ class ClusterMember:
             return
         if self.election is not None:
             try:
-                if reconcile(FencedWriter(self.session, self.election), snapshot):
+                writer = FencedWriter(self.session, self.election)
+                writes = reconcile(writer, snapshot, unclean_default=(
+                    self.leadership.unclean_leader_election_enable))
+                if not writes:  # on a snapshot that no write of this pass has made stale
+                    writes = self.preferred.run(writer, snapshot)
+                if writes:
                     self.wake()
             except Fenced as exc:
                 log.warning("deposed: %s", exc)

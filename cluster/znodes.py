@@ -21,8 +21,11 @@ TOPIC_CONFIGS = "/config/topics"
 DELETE_TOPICS = "/admin/delete_topics"
 APPLIANCES = "/klog/appliances"
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"
+PREFERRED_REPLICA_ELECTION = "/admin/preferred_replica_election"
+CONTROLLED_SHUTDOWN = "/klog/controlled_shutdown"
 
-PERSISTENT_ROOTS = (BROKER_IDS, TOPICS, TOPIC_CONFIGS, DELETE_TOPICS, APPLIANCES, "/cluster")
+PERSISTENT_ROOTS = (BROKER_IDS, TOPICS, TOPIC_CONFIGS, DELETE_TOPICS, APPLIANCES, "/cluster",
+                    CONTROLLED_SHUTDOWN)
 
 
 class ZnodeError(ValueError):
@@ -59,6 +62,10 @@ def state_path(topic: str, partition: int) -> str:
 
 def delete_request_path(topic: str) -> str:
     return f"{DELETE_TOPICS}/{topic}"
+
+
+def shutdown_request_path(broker_id: int) -> str:
+    return f"{CONTROLLED_SHUTDOWN}/{broker_id}"
 
 
 def _load(data: bytes, path: str) -> dict:
@@ -238,3 +245,44 @@ class ProducerIdBlock:
             return cls(int(raw["broker"]), int(raw["block_start"]), int(raw["block_end"]))
         except (KeyError, TypeError, ValueError) as exc:
             raise ZnodeError(f"{path}: not a producer id block: {exc}") from None
+
+
+@dataclass(frozen=True)
+class ShutdownRequest:
+    """`/klog/controlled_shutdown/<broker.id>` (ephemeral): the appliance asks the controller
+    to move leadership away from its nodes before it stops (Kafka's ControlledShutdown
+    request, as a znode: it goes with the asking appliance's session)."""
+
+    broker_id: int
+
+    def encode(self) -> bytes:
+        return _dump({"version": 1, "broker_id": self.broker_id,
+                      "timestamp": str(int(time.time() * 1000))})
+
+    @classmethod
+    def decode(cls, data: bytes, path: str) -> ShutdownRequest:
+        raw = _load(data, path)
+        try:
+            return cls(int(raw["broker_id"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ZnodeError(f"{path}: not a controlled shutdown request: {exc}") from None
+
+
+@dataclass(frozen=True)
+class PreferredElection:
+    """`/admin/preferred_replica_election`: Kafka's request to move the leadership of these
+    partitions to their preferred replica (the first of the assignment)."""
+
+    partitions: tuple[tuple[str, int], ...]
+
+    def encode(self) -> bytes:
+        return _dump({"version": 1, "partitions": [{"topic": t, "partition": p}
+                                                   for t, p in self.partitions]})
+
+    @classmethod
+    def decode(cls, data: bytes, path: str = PREFERRED_REPLICA_ELECTION) -> PreferredElection:
+        raw = _load(data, path)
+        try:
+            return cls(tuple((str(e["topic"]), int(e["partition"])) for e in raw["partitions"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ZnodeError(f"{path}: not a preferred replica election: {exc}") from None

@@ -50,6 +50,9 @@ class LogConfig:
     # Replication's, kept with the topic's other settings: acks=all appends are refused while
     # fewer replicas than this are in sync (1: the leader alone suffices).
     min_insync_replicas: int = 1
+    # whether the controller may make an out-of-sync replica the leader when no in-sync one
+    # is live (losing what only the ISR had); read by the fleet's controller, not the engine
+    unclean_leader_election_enable: bool = False
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -57,6 +60,9 @@ class LogConfig:
             is_int = isinstance(value, int) and not isinstance(value, bool)
             if field.type in ("int", int) and not is_int:
                 raise ValueError(f"{kafka_key(field.name)} must be an integer, got {value!r}")
+            if field.type in ("bool", bool) and not isinstance(value, bool):
+                raise ValueError(f"{kafka_key(field.name)} must be true or false, "
+                                 f"got {value!r}")
         _at_least(self, "segment_bytes", 14)
         _at_most(self, "segment_bytes", INT32_MAX)
         _at_least(self, "segment_ms", 1)
@@ -100,7 +106,7 @@ class LogConfig:
 
     def to_kafka(self) -> dict[str, str]:
         """The settings as Kafka's dotted keys and string values."""
-        return {kafka_key(f.name): str(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        return {kafka_key(f.name): _text(getattr(self, f.name)) for f in dataclasses.fields(self)}
 
 
 def kafka_key(field_name: str) -> str:
@@ -110,11 +116,21 @@ def kafka_key(field_name: str) -> str:
 
 _FIELD_BY_KEY = {kafka_key(f.name): f.name for f in dataclasses.fields(LogConfig)}
 KAFKA_KEYS = frozenset(_FIELD_BY_KEY)  # what from_kafka accepts (filter other topic configs)
+_BOOL_FIELDS = frozenset(f.name for f in dataclasses.fields(LogConfig) if f.type in ("bool", bool))
+
+
+def _text(value: Any) -> str:
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
 
 
 def _parse(key: str, name: str, text: str) -> Any:
     if name == "message_timestamp_type":
         return text.strip()
+    if name in _BOOL_FIELDS:
+        lowered = str(text).strip().lower()
+        if lowered not in ("true", "false"):
+            raise ValueError(f"{key} must be true or false, got {text!r}")
+        return lowered == "true"
     try:
         return int(str(text).strip())
     except ValueError:

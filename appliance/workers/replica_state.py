@@ -202,7 +202,12 @@ class Replication:
                 del self.fetchers[leader]
 
     def stop(self) -> None:
+        """The worker stops: acks=all requests still waiting are answered
+        NOT_LEADER_OR_FOLLOWER (retriable: their producers go to the next leader) instead of
+        losing their connection with no answer."""
         self.started = False
+        for key in list(self._committed_waiters):
+            self._fail_waiters(key, ErrorCode.NOT_LEADER_OR_FOLLOWER)
         for task in (self._lag_task, self._checkpoint_task):
             if task is not None:
                 task.cancel()

@@ -79,6 +79,13 @@ def test_finer_retention_unit_wins_whatever_the_order():
     ({"max.connections.per.ip": "0"}, "max.connections.per.ip"),
     ({"metrics.port": "70000"}, "metrics.port"),
     ({"metrics.port": "0"}, "metrics.port"),
+    ({"unclean.leader.election.enable": "1"}, "unclean.leader.election.enable"),
+    ({"controlled.shutdown.enable": "maybe"}, "controlled.shutdown.enable"),
+    ({"controlled.shutdown.max.retries": "-1"}, "controlled.shutdown.max.retries"),
+    ({"controlled.shutdown.retry.backoff.ms": "soon"}, "controlled.shutdown.retry.backoff.ms"),
+    ({"auto.leader.rebalance.enable": "on"}, "auto.leader.rebalance.enable"),
+    ({"leader.imbalance.check.interval.seconds": "0"}, "leader.imbalance.check.interval.seconds"),
+    ({"leader.imbalance.per.broker.percentage": "101"}, "leader.imbalance.per.broker.percentage"),
 ])
 def test_bad_settings_name_the_key(settings, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
@@ -144,3 +151,27 @@ def test_a_wildcard_or_unresolvable_advertised_listener_stops_a_fleet_member():
     with pytest.raises(ConfigError, match="advertised.listeners.*does not resolve"):
         check_advertised_listener(build_config(
             {"advertised.listeners": "PLAINTEXT://no-such-host.invalid:9092"}))
+
+
+def test_leadership_keys_have_kafkas_defaults_and_are_read():
+    default = build_config({})
+    assert default.controlled_shutdown_enable is True
+    assert (default.controlled_shutdown_max_retries,
+            default.controlled_shutdown_retry_backoff_ms) == (3, 5000)
+    assert default.auto_leader_rebalance_enable is True
+    assert (default.leader_imbalance_check_interval_seconds,
+            default.leader_imbalance_per_broker_percentage) == (300, 10)
+    assert default.log_defaults.unclean_leader_election_enable is False
+    config = build_config({"controlled.shutdown.enable": "false",
+                           "controlled.shutdown.max.retries": "5",
+                           "controlled.shutdown.retry.backoff.ms": "200",
+                           "auto.leader.rebalance.enable": "FALSE",
+                           "leader.imbalance.check.interval.seconds": "2",
+                           "leader.imbalance.per.broker.percentage": "0",
+                           "unclean.leader.election.enable": "true"})
+    assert (config.controlled_shutdown_enable, config.controlled_shutdown_max_retries,
+            config.controlled_shutdown_retry_backoff_ms) == (False, 5, 200)
+    assert (config.auto_leader_rebalance_enable, config.leader_imbalance_check_interval_seconds,
+            config.leader_imbalance_per_broker_percentage) == (False, 2, 0)
+    assert config.log_defaults.unclean_leader_election_enable is True
+    assert config.ignored_keys == ()  # no longer accepted with a warning: read and checked

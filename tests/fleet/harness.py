@@ -25,9 +25,12 @@ SESSION_MS = 6000
 
 @contextlib.contextmanager
 def running_fleet(ensemble, root: Path, chroot: str, *, broker_ids=(1, 2, 3), log_dirs: int = 2,
-                  settings: dict[str, str] | None = None) -> Iterator[list[Appliance]]:
+                  settings: dict[str, str] | None = None,
+                  settings_of: dict[int, dict[str, str]] | None = None,
+                  ) -> Iterator[list[Appliance]]:
     """Appliances `broker_ids` (log_dirs workers each) in one fleet under `chroot`, started
-    in order and stopped whatever happens; yields once Metadata lists every node."""
+    in order and stopped whatever happens; yields once Metadata lists every node.
+    `settings_of[broker_id]` adds to `settings` for that appliance only."""
     appliances: list[Appliance] = []
     try:
         for broker_id in broker_ids:
@@ -38,6 +41,7 @@ def running_fleet(ensemble, root: Path, chroot: str, *, broker_ids=(1, 2, 3), lo
                 "broker.rack": f"rack-{broker_id}",
                 "group.initial.rebalance.delay.ms": "0",
                 **(settings or {}),
+                **(settings_of or {}).get(broker_id, {}),
             })
             appliance.start(timeout_s=60)
             appliances.append(appliance)
@@ -186,6 +190,9 @@ class AckedWriter:
         self.partitions = partitions
         self.first_value = first_value
         self.acked: dict[tuple[int, int], int] = {}  # (partition, offset) -> value
+        # acknowledged without an offset: librdkafka reports a retried idempotent message
+        # it knows was persisted (a later one of its sequence was acknowledged) that way
+        self.acked_without_offset: list[tuple[int, int]] = []  # (partition, value)
         self.errors: list[str] = []
         self.sent = 0
         self._stop = threading.Event()
@@ -194,6 +201,8 @@ class AckedWriter:
     def _delivered(self, err, msg) -> None:
         if err is not None:
             self.errors.append(str(err))
+        elif msg.offset() is None:
+            self.acked_without_offset.append((msg.partition(), int(msg.value())))
         else:
             self.acked[(msg.partition(), msg.offset())] = int(msg.value())
 

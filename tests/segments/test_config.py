@@ -57,6 +57,11 @@ def test_from_kafka_and_back():
     assert config.log_append_time
     assert LogConfig.from_kafka(config.to_kafka()) == config
     assert config.to_kafka()["file.delete.delay.ms"] == "60000"
+    # a boolean topic config, in Kafka's spelling both ways
+    assert config.to_kafka()["unclean.leader.election.enable"] == "false"
+    unclean = LogConfig.from_kafka({"unclean.leader.election.enable": "True"})
+    assert unclean.unclean_leader_election_enable is True
+    assert LogConfig.from_kafka(unclean.to_kafka()) == unclean
 
 
 def test_from_kafka_names_unknown_and_bad_keys():
@@ -64,3 +69,5 @@ def test_from_kafka_names_unknown_and_bad_keys():
         LogConfig.from_kafka({"segment.size": "1"})
     with pytest.raises(ValueError, match="retention.bytes must be an integer, got 'lots'"):
         LogConfig.from_kafka({"retention.bytes": "lots"})
+    with pytest.raises(ValueError, match="unclean.leader.election.enable must be true or false"):
+        LogConfig.from_kafka({"unclean.leader.election.enable": "1"})
