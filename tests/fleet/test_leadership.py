@@ -326,7 +326,7 @@ def test_a_controlled_shutdown_waits_at_most_its_bound(fleet, zk, orders):
             assert re.search(r"controlled shutdown attempt 1 of 2: \d+ partition\(s\) still to "
                              r"move", text)
             assert re.search(r"controlled shutdown incomplete after 2 attempt\(s\) \([\d.]+ s\):"
-                             r" \d+ partition\(s\) could still move \(.*orders-", text)
+                             r" [1-9]\d* partition\(s\) could still move \([\w.-]+-\d+", text)
         else:
             assert "stop signal during the controlled shutdown: stopping now" in text
             assert text.count("controlled shutdown incomplete") == 1  # the first time only
