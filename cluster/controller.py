@@ -11,8 +11,9 @@ new partitions get their first states in one multi per topic (leader: first live
 ISR: the live replicas); a partition whose leader is not live gets the first live replica of
 its ISR, in assignment order, with leader_epoch + 1 (none: leader -1, the ISR kept, as Kafka:
 no unclean election); dead nodes leave the ISR of partitions whose leader lives; requested
-deletions are carried out. Each state is written with its expected version, so a state
-changed meanwhile is left for the next pass.
+deletions are carried out; partition reassignments move on (`cluster.reassignment`). Each
+state is written with its expected version, so a state changed meanwhile is left for the
+next pass.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from cluster import znodes
 from cluster.fleet_view import FleetSnapshot, TopicState
 from cluster.placement import elect_leader
+from cluster.reassignment import advance as advance_reassignments
 from cluster.session import (
     BadVersionError,
     NodeExistsError,
@@ -104,7 +106,7 @@ def reconcile(writer: FencedWriter, snapshot: FleetSnapshot) -> int:
         for partition, replicas in sorted(topic.replicas.items()):
             if partition in topic.states:
                 writes += _settle_partition(writer, topic, partition, replicas, live)
-    return writes
+    return writes + advance_reassignments(writer, snapshot)
 
 
 def _create_states(writer: FencedWriter, topic: TopicState, partitions: list[int],

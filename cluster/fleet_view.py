@@ -1,5 +1,6 @@
 """The fleet as ZooKeeper holds it, read in one pass: live nodes, appliances, topics with their
-assignments, partition states and configs, the controller and its epoch, pending deletions.
+assignments, partition states and configs, the controller and its epoch, pending deletions,
+the pending reassignment request and the nodes' dynamic configs (replication throttles).
 
 Every read arms a watch (`watch`), so any change anywhere re-runs the reader's owner; the
 owner re-reads everything (level-triggered, like a reconcile loop), which stays cheap for a
@@ -21,6 +22,9 @@ class TopicState:
     version: int  # of the assignment node, for conditional partition additions
     states: dict[int, tuple[znodes.PartitionState, int]] = field(default_factory=dict)
     config: dict[str, str] = field(default_factory=dict)
+    # partitions being reassigned (KIP-455): the replicas being added and being removed
+    adding: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    removing: dict[int, tuple[int, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -33,6 +37,11 @@ class FleetSnapshot:
     controller_epoch: int = 0
     controller_epoch_version: int = -1
     deleting: frozenset[str] = frozenset()
+    # /admin/reassign_partitions and its version; None: no request waits for the controller
+    reassign_request: znodes.ReassignmentRequest | None = None
+    reassign_request_version: int = -1
+    reassign_request_error: str | None = None  # a request that does not parse, and why
+    broker_configs: dict[int, dict[str, str]] = field(default_factory=dict)  # /config/brokers
 
     def load_by_node(self) -> dict[int, int]:
         load: dict[int, int] = {}
@@ -58,9 +67,12 @@ def read_fleet(session: Session, watch) -> FleetSnapshot:
     appliance_ids = [int(c) for c in _children(session, znodes.APPLIANCES, watch)]
     names = _children(session, znodes.TOPICS, watch)
     deleting = frozenset(_children(session, znodes.DELETE_TOPICS, watch))
+    config_ids = [int(c) for c in _children(session, znodes.BROKER_CONFIGS, watch)
+                  if c.isdigit()]
     unwatched = ([znodes.broker_path(b) for b in broker_ids] +
                  [znodes.appliance_path(a) for a in appliance_ids] +
-                 [znodes.topic_config_path(n) for n in names])
+                 [znodes.topic_config_path(n) for n in names] +
+                 [znodes.broker_config_path(b) for b in config_ids])
     found = iter(session.get_many(unwatched))
     brokers = {}
     for broker_id in broker_ids:
@@ -73,9 +85,11 @@ def read_fleet(session: Session, watch) -> FleetSnapshot:
             path = znodes.appliance_path(appliance_id)
             appliances[appliance_id] = znodes.ApplianceRegistration.decode(got[0], path)
     configs = {name: got for name in names if (got := next(found)) is not None}
-    controller_node, epoch_node, *assignment_nodes = session.get_many(
-        [znodes.CONTROLLER, znodes.CONTROLLER_EPOCH] + [znodes.topic_path(n) for n in names],
-        watch)
+    broker_configs = {b: znodes.TopicConfig.decode(got[0], znodes.broker_config_path(b)).config
+                      for b in config_ids if (got := next(found)) is not None}
+    controller_node, epoch_node, request_node, *assignment_nodes = session.get_many(
+        [znodes.CONTROLLER, znodes.CONTROLLER_EPOCH, znodes.REASSIGN_PARTITIONS] +
+        [znodes.topic_path(n) for n in names], watch)
     controller, owner = -1, 0
     if controller_node is not None:
         data, stat = controller_node
@@ -88,8 +102,15 @@ def read_fleet(session: Session, watch) -> FleetSnapshot:
                           got[1].version)
                    for name, got in zip(names, assignment_nodes) if got is not None}
     topics = _read_states(session, assignments, configs, watch)
+    request, request_version, request_error = None, -1, None
+    if request_node is not None:
+        request_version = request_node[1].version
+        try:
+            request = znodes.ReassignmentRequest.decode(request_node[0])
+        except znodes.ZnodeError as exc:  # the controller deletes it, saying why
+            request, request_error = znodes.ReassignmentRequest(()), str(exc)
     return FleetSnapshot(brokers, appliances, topics, controller, owner, epoch, epoch_version,
-                         deleting)
+                         deleting, request, request_version, request_error, broker_configs)
 
 
 def _read_states(session: Session, assignments: dict, configs: dict,
@@ -108,5 +129,6 @@ def _read_states(session: Session, assignments: dict, configs: dict,
         path = znodes.topic_config_path(name)
         config = znodes.TopicConfig.decode(configs[name][0], path).config \
             if name in configs else {}
-        topics[name] = TopicState(name, assignment.partitions, version, states[name], config)
+        topics[name] = TopicState(name, assignment.partitions, version, states[name], config,
+                                  assignment.adding, assignment.removing)
     return topics
