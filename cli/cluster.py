@@ -3,6 +3,7 @@
 Appliances, their live nodes, the controller and its epoch, partitions led per node, and the
 partitions that are offline (no live leader) or under-replicated (ISR smaller than the
 replica set). Read-only: one pass over the znodes, no registration, no watches kept.
+`klog cluster reassign` is in `cli/cluster_reassign.py`.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from appliance.config import ConfigError, load_config
+from cli import cluster_reassign
 from cluster.fleet_view import FleetSnapshot, read_fleet
 from cluster.placement import appliance_of
 from cluster.session import Session, ZooKeeperUnavailable
@@ -26,6 +28,7 @@ def add_arguments(parser) -> None:
     where.add_argument("--config", "-c", help="an appliance's config (its zookeeper.connect)")
     where.add_argument("--zookeeper", help="host:port[,host:port...][/chroot]")
     status.add_argument("--json", action="store_true", help="one JSON document")
+    cluster_reassign.add_parser(actions)
 
 
 def summarize(snapshot: FleetSnapshot) -> dict:
@@ -86,6 +89,8 @@ def run(args) -> int:
             print(f"klog: {args.config} has no zookeeper.connect: that appliance runs alone "
                   f"(see klog status)", file=sys.stderr)
             return 2
+    if args.action == "reassign":
+        return cluster_reassign.run(args, connect)
     session = Session(connect, session_timeout_ms=10_000, connection_timeout_ms=10_000)
     try:
         session.start()
