@@ -199,8 +199,11 @@ def _verify(args, session: Session, snapshot: FleetSnapshot, plan: Plan) -> int:
 
 
 def _clear_throttles(session: Session, snapshot: FleetSnapshot, plan: Plan) -> None:
-    throttled = [n for n, c in snapshot.broker_configs.items()
-                 if LEADER_RATE in c or FOLLOWER_RATE in c]
+    """Kafka's tool clears the rates of every broker: here every live node that has one, and
+    the plan's nodes (a node that is down keeps its rate until a later --verify)."""
+    throttled = {n for n, c in snapshot.broker_configs.items()
+                 if LEADER_RATE in c or FOLLOWER_RATE in c}
+    throttled |= {n for _, _, replicas in plan.partitions for n in replicas}
     nodes, topics = reassign_admin.clear_throttles(session, plan.topics, throttled)
     if nodes:
         print(f"Clearing broker-level throttles on brokers {','.join(map(str, nodes))}")

@@ -41,7 +41,8 @@ class FleetSnapshot:
     reassign_request: znodes.ReassignmentRequest | None = None
     reassign_request_version: int = -1
     reassign_request_error: str | None = None  # a request that does not parse, and why
-    broker_configs: dict[int, dict[str, str]] = field(default_factory=dict)  # /config/brokers
+    # /config/brokers/<node> of the live nodes: their dynamic configs (replication throttles)
+    broker_configs: dict[int, dict[str, str]] = field(default_factory=dict)
 
     def load_by_node(self) -> dict[int, int]:
         load: dict[int, int] = {}
@@ -67,12 +68,13 @@ def read_fleet(session: Session, watch) -> FleetSnapshot:
     appliance_ids = [int(c) for c in _children(session, znodes.APPLIANCES, watch)]
     names = _children(session, znodes.TOPICS, watch)
     deleting = frozenset(_children(session, znodes.DELETE_TOPICS, watch))
-    config_ids = [int(c) for c in _children(session, znodes.BROKER_CONFIGS, watch)
-                  if c.isdigit()]
+    # unwatched, in the same pipelined batch (no round trip of their own): a reassignment
+    # request or a throttle is seen by the next pass, within PASS_INTERVAL_S
     unwatched = ([znodes.broker_path(b) for b in broker_ids] +
                  [znodes.appliance_path(a) for a in appliance_ids] +
                  [znodes.topic_config_path(n) for n in names] +
-                 [znodes.broker_config_path(b) for b in config_ids])
+                 [znodes.broker_config_path(b) for b in broker_ids] +
+                 [znodes.REASSIGN_PARTITIONS])
     found = iter(session.get_many(unwatched))
     brokers = {}
     for broker_id in broker_ids:
@@ -86,10 +88,11 @@ def read_fleet(session: Session, watch) -> FleetSnapshot:
             appliances[appliance_id] = znodes.ApplianceRegistration.decode(got[0], path)
     configs = {name: got for name in names if (got := next(found)) is not None}
     broker_configs = {b: znodes.TopicConfig.decode(got[0], znodes.broker_config_path(b)).config
-                      for b in config_ids if (got := next(found)) is not None}
-    controller_node, epoch_node, request_node, *assignment_nodes = session.get_many(
-        [znodes.CONTROLLER, znodes.CONTROLLER_EPOCH, znodes.REASSIGN_PARTITIONS] +
-        [znodes.topic_path(n) for n in names], watch)
+                      for b in broker_ids if (got := next(found)) is not None}
+    request_node = next(found)
+    controller_node, epoch_node, *assignment_nodes = session.get_many(
+        [znodes.CONTROLLER, znodes.CONTROLLER_EPOCH] + [znodes.topic_path(n) for n in names],
+        watch)
     controller, owner = -1, 0
     if controller_node is not None:
         data, stat = controller_node
