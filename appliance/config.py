@@ -83,6 +83,10 @@ class BrokerConfig:
     # consumer groups (Kafka's keys; klog's smaller defaults suit one appliance's disks)
     offsets_topic_num_partitions: int = 16
     offsets_topic_segment_bytes: int = 16 * 1024 * 1024
+    # cluster mode: copies of each __consumer_offsets partition, on distinct appliances (an
+    # appliance alone keeps one), and how long a commit waits for them (Kafka's keys)
+    offsets_topic_replication_factor: int = 3
+    offsets_commit_timeout_ms: int = 5000
     offset_metadata_max_bytes: int = 4096
     group_min_session_timeout_ms: int = 6000
     group_max_session_timeout_ms: int = 1_800_000
@@ -193,6 +197,8 @@ KEYS: dict[str, tuple[str, object]] = {
     "worker.heartbeat.timeout.ms": ("worker_heartbeat_timeout_ms", _int(1000)),
     "offsets.topic.num.partitions": ("offsets_topic_num_partitions", _int(1)),
     "offsets.topic.segment.bytes": ("offsets_topic_segment_bytes", _int(64 * 1024)),
+    "offsets.topic.replication.factor": ("offsets_topic_replication_factor", _int(1)),
+    "offsets.commit.timeout.ms": ("offsets_commit_timeout_ms", _int(1)),
     "offset.metadata.max.bytes": ("offset_metadata_max_bytes", _int(0)),
     "group.min.session.timeout.ms": ("group_min_session_timeout_ms", _int(1)),
     "group.max.session.timeout.ms": ("group_max_session_timeout_ms", _int(1)),
@@ -228,7 +234,7 @@ PRECEDENCE = {
 IGNORED = frozenset({
     "num.network.threads", "num.io.threads", "num.replica.fetchers",
     "socket.send.buffer.bytes", "socket.receive.buffer.bytes", "num.recovery.threads.per.data.dir",
-    "offsets.topic.replication.factor", "transaction.state.log.replication.factor",
+    "transaction.state.log.replication.factor",
     "transaction.state.log.min.isr", "log.cleaner.enable",
     "delete.topic.enable", "log.cleanup.policy",
     "inter.broker.listener.name", "listener.security.protocol.map",

@@ -21,6 +21,7 @@ __all__ = [
     "KafkaError",
     "KafkaTimeoutError",
     "KlogError",
+    "LogTruncationError",
     "MessageSizeTooLargeError",
     "NoOffsetForPartitionError",
     "NotLeaderOrFollowerError",
@@ -75,6 +76,18 @@ class CommitFailedError(KlogError):
 
 class NoOffsetForPartitionError(KlogError):
     """A partition has no valid position and ``auto_offset_reset="none"`` forbids choosing one."""
+
+
+class LogTruncationError(KlogError):
+    """The leader's log was truncated below this consumer's fetch position (records it read
+    are gone: an unclean leader election), and ``auto_offset_reset="none"`` forbids moving
+    on. ``divergent_offset``: where the logs part (-1: unknown); seek there, or elsewhere."""
+
+    def __init__(self, message: str, *, topic: str, partition: int, divergent_offset: int):
+        super().__init__(message)
+        self.topic = topic
+        self.partition = partition
+        self.divergent_offset = divergent_offset
 
 
 class KafkaError(KlogError):

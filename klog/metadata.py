@@ -9,6 +9,13 @@ only carries them. Node ids are the brokers' (for klog: one per appliance worker
 worker of a klog appliance serves a Fetch for any partition of that appliance, and Metadata
 says which workers belong together through their rack (``klog-appliance-<broker.id>``); reads
 then spread over those workers. Other brokers are read from the leader, as Kafka clients do.
+
+Leader epochs (Metadata v7+) are kept per partition, sent as ``current_leader_epoch`` in
+Fetch and ListOffsets (KIP-320), and guard against going back in time: an answer whose epoch
+for a partition is older than one already seen comes from a broker that has not heard of an
+election yet, so that partition keeps what we knew (as the Java client and librdkafka do) and
+metadata is asked again. A topic that disappears forgets its epochs (recreated, it starts
+over from epoch 0).
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from klog.protocol.error_codes import ErrorCode
 log = logging.getLogger(__name__)
 
 NO_LEADER = -1
+NO_EPOCH = -1
 APPLIANCE_RACK_PREFIX = "klog-appliance-"
 
 
@@ -34,6 +42,7 @@ class ClusterMetadata:
         self.brokers: dict[int, tuple[str, int]] = {}
         self.racks: dict[int, str | None] = {}
         self.leaders: dict[str, tuple[int, ...]] = {}  # topic -> leader node per partition
+        self.epochs: dict[str, tuple[int, ...]] = {}  # topic -> leader epoch per partition
         self.errors: dict[str, ErrorCode] = {}  # topic -> last error the broker gave for it
         self.wanted: set[str] = set()
         self.max_age_ms = max_age_ms
@@ -57,6 +66,13 @@ class ClusterMetadata:
         if leaders is None or not 0 <= partition < len(leaders):
             return NO_LEADER
         return leaders[partition]
+
+    def leader_epoch_of(self, topic: str, partition: int) -> int:
+        """The partition's leader epoch as last seen (NO_EPOCH: unknown, or an old broker)."""
+        epochs = self.epochs.get(topic)
+        if epochs is None or not 0 <= partition < len(epochs):
+            return NO_EPOCH
+        return epochs[partition]
 
     def address_of(self, node_id: int) -> tuple[str, int] | None:
         return self.brokers.get(node_id)
@@ -107,20 +123,47 @@ class ClusterMetadata:
             if code != ErrorCode.NONE:
                 self.errors[topic.name] = code
                 self.leaders.pop(topic.name, None)
+                if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                    self.epochs.pop(topic.name, None)
                 stale = stale or code.retriable
                 continue
             self.errors.pop(topic.name, None)
-            leaders = [NO_LEADER] * len(topic.partitions)
-            for p in topic.partitions:
-                if 0 <= p.partition_index < len(leaders) and p.error_code == 0:
-                    leaders[p.partition_index] = p.leader_id
-            self.leaders[topic.name] = tuple(leaders)
-            stale = stale or NO_LEADER in leaders
+            stale = self._absorb_partitions(topic) or stale
         self._log_changes(before_brokers, before_leaders)
         self._updated_ms = now_ms
         self._stale = stale
         self._retry_at_ms = now_ms + self.retry_backoff_ms if stale else 0
         self.version += 1
+
+    def _absorb_partitions(self, topic) -> bool:
+        """One topic's leaders and epochs; True when metadata must be asked again (a
+        partition without a leader, or one whose answer was older than what we know)."""
+        count = len(topic.partitions)
+        leaders, epochs = [NO_LEADER] * count, [NO_EPOCH] * count
+        known_leaders, known_epochs = self.leaders.get(topic.name), self.epochs.get(topic.name)
+        if known_epochs is not None and len(known_epochs) > count:
+            known_leaders = known_epochs = None  # fewer partitions: the topic was recreated
+        behind = False
+        for p in topic.partitions:
+            index = p.partition_index
+            if not 0 <= index < count:
+                continue
+            seen = (known_epochs[index] if known_epochs is not None
+                    and index < len(known_epochs) else NO_EPOCH)
+            if 0 <= p.leader_epoch < seen:  # an older view: keep ours, ask again
+                log.debug("metadata: %s[%d] in leader epoch %d, older than %d: ignored",
+                          topic.name, index, p.leader_epoch, seen)
+                behind = True
+                leaders[index] = (known_leaders[index] if known_leaders is not None
+                                  and index < len(known_leaders) else NO_LEADER)
+                epochs[index] = seen
+                continue
+            epochs[index] = max(p.leader_epoch, seen) if p.leader_epoch >= 0 else seen
+            if p.error_code == 0:
+                leaders[index] = p.leader_id
+        self.leaders[topic.name] = tuple(leaders)
+        self.epochs[topic.name] = tuple(epochs)
+        return behind or NO_LEADER in leaders
 
     def _log_changes(self, brokers: dict, leaders: dict) -> None:
         if brokers != self.brokers:

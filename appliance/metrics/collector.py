@@ -17,6 +17,7 @@ from prometheus_client.core import (
     HistogramMetricFamily,
 )
 
+from appliance.identity import NODES_PER_APPLIANCE
 from appliance.shm.layout import WorkerState
 from appliance.shm.metrics_area import BATCH_BUCKETS, LATENCY_BUCKETS_S
 from klog.protocol.apis import API_BY_KEY
@@ -58,6 +59,14 @@ METRICS: dict[str, tuple[str, str]] = {
     "klog_controller_active": ("gauge", "cluster mode: 1 when this appliance is the controller"),
     "klog_controller_epoch": ("gauge", "cluster mode: the fleet's controller epoch"),
     "klog_offline_partitions": ("gauge", "cluster mode: partitions without a live leader"),
+    "klog_under_replicated_partitions": ("gauge", "cluster mode: partitions led by this "
+                                         "appliance whose ISR is smaller than their replicas"),
+    "klog_isr_shrinks_total": ("counter", "cluster mode: ISR shrinks the worker's leaders "
+                               "asked for and got written"),
+    "klog_isr_expands_total": ("counter", "cluster mode: ISR expansions the worker's leaders "
+                               "asked for and got written"),
+    "klog_follower_lag_messages": ("gauge", "cluster mode: the leader's log end minus a "
+                                   "follower's, as the follower's last fetch stated it"),
 }
 
 def _help(name: str) -> str:
@@ -140,6 +149,13 @@ class ApplianceCollector:
         sync_failures = CounterMetricFamily("klog_fdatasync_failures",
                                             _help("klog_fdatasync_failures_total"),
                                             labels=["worker"])
+        shrinks = CounterMetricFamily("klog_isr_shrinks", _help("klog_isr_shrinks_total"),
+                                      labels=["worker"])
+        expands = CounterMetricFamily("klog_isr_expands", _help("klog_isr_expands_total"),
+                                      labels=["worker"])
+        follower_lag = GaugeMetricFamily("klog_follower_lag_messages",
+                                         _help("klog_follower_lag_messages"),
+                                         labels=["topic", "partition", "follower"])
         names = _api_names()
         for worker, doc in documents.items():
             for api, version, n, failed in doc.get("requests", []):
@@ -161,8 +177,13 @@ class ApplianceCollector:
                 counts, count, total = commit["sync"]
                 sync.add_metric([worker], _buckets(LATENCY_BUCKETS_S, counts, count), total)
                 sync_failures.add_metric([worker], commit.get("failures", 0))
+            if "isr" in doc:
+                shrinks.add_metric([worker], doc["isr"][0])
+                expands.add_metric([worker], doc["isr"][1])
+            for topic, partition, follower, lag in doc.get("followers", []):
+                follower_lag.add_metric([topic, str(partition), str(follower)], lag)
         yield from (requests, errors, latency, *connections.values(), open_now, loop_lag,
-                    batch, sync, sync_failures)
+                    batch, sync, sync_failures, shrinks, expands, follower_lag)
 
     def _groups(self, documents: dict[str, dict]):
         members = GaugeMetricFamily("klog_consumer_group_members",
@@ -225,11 +246,23 @@ class ApplianceCollector:
 
     def _fleet(self):
         facts = self.fleet.metrics_facts()
+        facts["klog_under_replicated_partitions"] = self._under_replicated()
         for name in ("klog_zookeeper_connected", "klog_controller_active",
-                     "klog_controller_epoch", "klog_offline_partitions"):
+                     "klog_controller_epoch", "klog_offline_partitions",
+                     "klog_under_replicated_partitions"):
             family = GaugeMetricFamily(name, _help(name))
             family.add_metric([], facts[name])
             yield family
+
+    def _under_replicated(self) -> int:
+        """Kafka's UnderReplicatedPartitions, per appliance: the partitions one of its nodes
+        leads, as the controller's latest state says, whose ISR lacks some replica. Counted
+        by the leader's appliance only, so that summing over the fleet counts each once."""
+        view = self.fleet.view()
+        broker_id = self.fleet.config.broker_id
+        return sum(1 for topic in view.topics.values() for p in topic.leadership
+                   if p.leader >= 0 and p.leader // NODES_PER_APPLIANCE == broker_id
+                   and len(p.isr) < len(p.replicas))
 
 
 def _api_names() -> dict[int, str]:

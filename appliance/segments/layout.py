@@ -101,12 +101,17 @@ def read_state(directory: str) -> PartitionState:
 
 def write_state(directory: str, *, log_start_offset: int, clean_shutdown: bool) -> None:
     """Replace ``partition.state`` atomically and durably. Raises OSError (e.g. ENOSPC)."""
-    path = os.path.join(directory, STATE_FILE)
+    replace_durably(os.path.join(directory, STATE_FILE),
+                    f"version={_STATE_VERSION}\nlog_start_offset={log_start_offset}\n"
+                    f"clean_shutdown={int(clean_shutdown)}\n")
+
+
+def replace_durably(path: str, text: str) -> None:
+    """Replace a small text file so that a crash leaves either the old or the new one whole:
+    write a temporary file, fsync it, rename it over `path`, fsync the directory. The
+    checkpoints (partition state, leader epochs, high watermarks) all go this way. Raises
+    OSError (e.g. ENOSPC)."""
     tmp = path + ".tmp"
-    text = (
-        f"version={_STATE_VERSION}\nlog_start_offset={log_start_offset}\n"
-        f"clean_shutdown={int(clean_shutdown)}\n"
-    )
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         os.write(fd, text.encode("ascii"))
@@ -114,4 +119,4 @@ def write_state(directory: str, *, log_start_offset: int, clean_shutdown: bool) 
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    fsync_directory(directory)
+    fsync_directory(os.path.dirname(path) or ".")

@@ -20,7 +20,7 @@ import bisect
 import logging
 import os
 
-from .layout import fsync_directory
+from .layout import replace_durably
 
 log = logging.getLogger("klog.segments")
 
@@ -72,6 +72,20 @@ class LeaderEpochCache:
     def latest_epoch(self) -> int:
         return self.entries[-1][0] if self.entries else UNDEFINED_EPOCH
 
+    def epoch_for_offset(self, offset: int) -> int:
+        """The epoch of the batch holding ``offset``: the latest entry starting at or before
+        it (UNDEFINED_EPOCH before the first entry, or with none)."""
+        starts = [s for _, s in self.entries]
+        at = bisect.bisect_right(starts, offset)
+        return self.entries[at - 1][0] if at else UNDEFINED_EPOCH
+
+    def start_offset_of(self, epoch: int) -> int | None:
+        """Where ``epoch`` began in this log, or None if the cache has no entry for it."""
+        for entry_epoch, start in self.entries:
+            if entry_epoch == epoch:
+                return start
+        return None
+
     def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
         """Kafka's `endOffsetFor`: ``(the largest epoch <= epoch, where it ends)``. The latest
         epoch ends at the log end; an older one where the next epoch starts. An epoch below
@@ -117,20 +131,17 @@ class LeaderEpochCache:
             self.entries[0] = (self.entries[0][0], start_offset)
             self._write()
 
+    def clear(self) -> None:
+        """Forget every epoch: the log was emptied and restarted at a new offset."""
+        if self.entries:
+            self.entries = []
+            self._write()
+
     def _write(self) -> None:
         if not os.path.isdir(self.directory):
             return  # the log was deleted meanwhile
-        tmp = self.path + ".tmp"
-        text = f"{_VERSION}\n{len(self.entries)}\n" + "".join(
-            f"{epoch} {start}\n" for epoch, start in self.entries)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, text.encode("ascii"))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
-        fsync_directory(self.directory)
+        replace_durably(self.path, f"{_VERSION}\n{len(self.entries)}\n" + "".join(
+            f"{epoch} {start}\n" for epoch, start in self.entries))
 
 
 def _parse(path: str) -> list[tuple[int, int]]:

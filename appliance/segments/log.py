@@ -421,6 +421,31 @@ class PartitionLog:
             self.set_log_start_offset(offset)
         return retention.apply_retention(self, now_ms)
 
+    def follow_log_start(self, leader_log_start: int, *, now_ms: int) -> int:
+        """A follower's side of its leader's log start (Kafka's maybeIncrementLogStartOffset
+        on a follower): the leader moved its own (retention, a snapshot's DeleteRecords), so
+        the follower moves its log start there too, or its copy would grow forever; never
+        past its own high watermark, which bounds what it knows the partition committed.
+        Returns the number of segments deleted; writes nothing when the start stays.
+        Raises StorageError."""
+        target = min(leader_log_start, self._high_watermark)
+        if target <= self._log_start_offset:
+            return 0
+        return self.delete_records_before(target, now_ms=now_ms)
+
+    def truncate_fully_and_start_at(self, offset: int, *, now_ms: int) -> None:
+        """A follower whose log ends below its leader's log start (it was away while the
+        leader deleted what it would need next): nothing it holds can be continued, so the
+        log restarts empty at ``offset`` (Kafka's truncateFullyAndStartAt), with no leader
+        epoch known and its high watermark there. Raises StorageError."""
+        if offset < self._log_end_offset:
+            raise ValueError(f"{self.directory}: restarting at {offset} would drop records "
+                             f"below the log end {self._log_end_offset}: truncate instead")
+        with storage_errors(self.directory, "restart the log in"):
+            retention.restart_at(self, offset, now_ms)
+            self.leader_epochs.clear()
+        self._high_watermark = offset
+
     def truncate_to(self, offset: int, *, now_ms: int) -> int:
         """Remove offsets >= ``offset`` (whole batches: the log end may land below ``offset``;
         for replication). Below every segment, empty the log and restart it at ``offset``.
@@ -438,9 +463,13 @@ class PartitionLog:
         self._recovery_point = min(self._recovery_point, end)
 
     def set_log_start_offset(self, offset: int) -> None:
-        """Retention and DeleteRecords (retention.py) move the log start; it is persisted."""
+        """Retention and DeleteRecords (retention.py) move the log start; it is persisted,
+        and the leader-epoch cache, if loaded, starts there too (as Kafka's)."""
         self._log_start_offset = offset
         self._write_state(clean_shutdown=False)
+        if self._epochs is not None:
+            with storage_errors(self.directory, "write the leader-epoch checkpoint in"):
+                self._epochs.truncate_from_start(offset)
 
     def _write_state(self, *, clean_shutdown: bool) -> None:
         with storage_errors(self.directory, "write partition.state in"):

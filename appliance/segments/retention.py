@@ -65,6 +65,13 @@ def truncate_to(plog, offset: int, now_ms: int) -> int:
     return plog.log_end_offset
 
 
+def restart_at(plog, offset: int, now_ms: int) -> int:
+    """See :meth:`PartitionLog.truncate_fully_and_start_at` (the epochs are its own)."""
+    if plog.closed:
+        raise LogClosedError(plog.directory)
+    return _truncate_fully(plog, offset, now_ms)
+
+
 def _truncate_fully(plog, offset: int, now_ms: int) -> int:
     """Below every segment: an empty log restarting at ``offset`` (Kafka's
     truncateFullyAndStartAt). The new segment is created first, so a full disk leaves the log

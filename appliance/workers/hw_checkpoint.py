@@ -15,10 +15,9 @@ A missing or unreadable file reads as empty (the replica then waits for its peer
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 
-from appliance.segments.layout import fsync_directory
+from appliance.segments.layout import replace_durably
 
 log = logging.getLogger(__name__)
 
@@ -42,15 +41,6 @@ def read(log_dir: Path) -> dict[tuple[str, int], int]:
 
 def write(log_dir: Path, entries: dict[tuple[str, int], int]) -> None:
     """Replace the checkpoint durably. Raises OSError."""
-    path = Path(log_dir) / FILE
-    tmp = path.with_name(FILE + ".tmp")
-    text = f"{_VERSION}\n{len(entries)}\n" + "".join(
-        f"{topic} {partition} {offset}\n" for (topic, partition), offset in sorted(entries.items()))
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, text.encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    fsync_directory(str(log_dir))
+    lines = "".join(f"{topic} {partition} {offset}\n"
+                    for (topic, partition), offset in sorted(entries.items()))
+    replace_durably(str(Path(log_dir) / FILE), f"{_VERSION}\n{len(entries)}\n{lines}")

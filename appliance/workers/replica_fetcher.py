@@ -13,6 +13,14 @@ the cut is at the lower of the leader's end of that epoch and the follower's own
 leader knows no epoch at all, nothing it holds can be compared, and the log is cut at its
 high watermark (Kafka's fallback). Either way the log keeps everything the leader also has.
 
+The follower also follows the leader's log start, as each fetch response states it (the
+leader moved it by retention, or the group coordinator by a snapshot, `delete_records_before`):
+up to the leader's and never past its own high watermark (`PartitionLog.follow_log_start`), so
+its copy does not keep what the leader dropped. A follower whose log ends below the leader's
+log start (away while the leader deleted what it would fetch next) is answered
+OFFSET_OUT_OF_RANGE: it restarts its log empty at the leader's log start (Kafka's
+truncateFullyAndStartAt) and copies from there.
+
 Errors: a lost connection, a leader that does not lead yet (its supervisor has not heard of
 the controller's decision) or a decode error close the connection and retry after a pause;
 a partition the leader refuses is retried the same way. Nothing here raises to the loop.
@@ -199,6 +207,9 @@ class ReplicaFetcher:
             return True
         if part.error_code != ErrorCode.NONE:
             error = ErrorCode(part.error_code)
+            if error == ErrorCode.OFFSET_OUT_OF_RANGE and \
+                    part.log_start_offset > owned.log.log_end_offset:
+                return self._restart_at(key, owned, part.log_start_offset)
             if error == ErrorCode.OFFSET_OUT_OF_RANGE:
                 self._compare_again(key)
             log.info("%s-%d: leader %d answered %s", *key, self.leader, error.name)
@@ -222,6 +233,36 @@ class ReplicaFetcher:
                 log.error("%s-%d: cannot append the leader's batches: %s", *key, exc)
                 return False
         self.replication.set_follower_high_watermark(key, owned, part.high_watermark)
+        self._follow_log_start(key, owned, part.log_start_offset)
+        return True
+
+    def _follow_log_start(self, key, owned, leader_log_start: int) -> None:
+        plog = owned.log
+        before = plog.log_start_offset
+        if leader_log_start <= before:
+            return
+        try:
+            deleted = plog.follow_log_start(leader_log_start, now_ms=self.worker.now_ms())
+        except StorageError as exc:
+            log.error("%s-%d: cannot move the log start to the leader's %d: %s", *key,
+                      leader_log_start, exc)
+            return
+        if plog.log_start_offset != before:
+            log.info("%s-%d: log start %d -> %d after the leader's: %d segment(s) deleted",
+                     *key, before, plog.log_start_offset, deleted)
+            self.worker.partitions.publish(owned)
+
+    def _restart_at(self, key, owned, leader_log_start: int) -> bool:
+        """Our log ends below the leader's log start: nothing here continues it."""
+        log.warning("%s-%d: our log ends at %d, below leader %d's log start %d: restarting "
+                    "it there", *key, owned.log.log_end_offset, self.leader, leader_log_start)
+        try:
+            owned.log.truncate_fully_and_start_at(leader_log_start,
+                                                  now_ms=self.worker.now_ms())
+        except StorageError as exc:
+            log.error("%s-%d: cannot restart the log at %d: %s", *key, leader_log_start, exc)
+            return False
+        self.replication.truncated(key, owned)
         return True
 
     def _compare_again(self, key) -> None:

@@ -18,9 +18,11 @@ worker holds:
   the leader's OffsetForLeaderEpoch answer, then copies the leader's batches as they are; its
   high watermark is the leader's, as the fetch responses carry it.
 
-Replicas of a single-copy partition (replication factor 1), internal topics (whose writer
-is the group coordinator, not this module: their replication is to come), and every
-partition of an appliance without ZooKeeper, never get a role here: they behave as before.
+Internal topics (`__consumer_offsets`) get roles like any topic: the group coordinator is
+their writer, on the leader only (it follows these roles: groups/loading.py), and waits for
+`wait_committed` as acks=all does. Replicas of a single-copy partition (replication factor 1),
+and every partition of an appliance without ZooKeeper, never get a role here: they behave as
+before.
 
 Event loop only.
 """
@@ -88,8 +90,8 @@ class Replication:
 
     def apply(self, info: TopicInfo) -> None:
         """Take the roles the controller's partition states give this worker's replicas."""
-        if info.leadership is None or info.internal or not self.started:
-            return  # internal topics (__consumer_offsets) are not replicated yet
+        if info.leadership is None or not self.started:
+            return
         for index, state in enumerate(info.leadership):
             key = (info.name, index)
             owned = self.worker.partitions.get(info.name, index)
@@ -316,6 +318,7 @@ class Replication:
         if (error == ErrorCode.NONE and role is not None and role.leading
                 and role.leader_epoch == leader_epoch and owned is not None):
             # written behind our leader epoch: ours now, before the fleet's broadcast says so
+            self.worker.statistics.isr_changed(len(role.isr), len(isr))
             role.isr = tuple(isr)
             self._update_leader(key, owned, role)
 

@@ -118,8 +118,11 @@ class RemoteLog:
             raise NotPublishedError(f"{view.topic}-{view.partition}: its owner has not "
                                     f"published it yet")
         hint = view.lookup(offset)
+        # bounded by the log end, not the high watermark: a fetch between the two (a leader
+        # just elected, whose high watermark lags what consumers read) is an empty answer
         piece = self.reader.read(offset, max_bytes, log_start_offset=view.log_start_offset,
                                  high_watermark=view.high_watermark,
+                                 log_end_offset=view.log_end_offset,
                                  active_base_offset=view.active_segment_base_offset,
                                  active_bytes=view.active_segment_bytes,
                                  hint=tuple(hint) if hint is not None else None)

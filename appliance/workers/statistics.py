@@ -2,9 +2,10 @@
 that `MetricsPublisher` writes into the worker's shm metrics area for the supervisor's scrape.
 
 Metrics stay out of logic: a connection calls `request_done` once per answered request (two
-dict lookups and a bisect), the group committer calls `group_commit_synced` once per sync, and
-everything else is read from objects that count anyway (the connection guard, the lag
-report). Nothing here allocates per request beyond the first request of an (api, version).
+dict lookups and a bisect), the group committer calls `group_commit_synced` once per sync, a
+leader calls `isr_changed` once per ISR change written, and everything else is read from
+objects that count anyway (the connection guard, the lag report, the leaders' books of their
+followers). Nothing here allocates per request beyond the first request of an (api, version).
 """
 
 from __future__ import annotations
@@ -60,6 +61,8 @@ class WorkerStatistics:
         self.sync_batches = Histogram(BATCH_BUCKETS)
         self.sync_seconds = Histogram(LATENCY_BUCKETS_S)
         self.sync_failures = 0
+        self.isr_shrinks = 0  # ISR changes this worker's leaders asked for and got written
+        self.isr_expands = 0
 
     def request_done(self, request, seconds: float, failed: bool) -> None:
         """One request answered (or dropped) after `seconds`; `failed`: a request-level error."""
@@ -87,7 +90,15 @@ class WorkerStatistics:
         if failed:
             self.sync_failures += 1
 
-    def document(self, connections, lag_report: dict | None) -> dict:
+    def isr_changed(self, before: int, after: int) -> None:
+        """A leader's ISR change was written: from `before` replicas in sync to `after`."""
+        if after < before:
+            self.isr_shrinks += 1
+        elif after > before:
+            self.isr_expands += 1
+
+    def document(self, connections, lag_report: dict | None,
+                 followers: list | None = None) -> dict:
         return {
             "requests": [[api, version, n, errors]
                          for (api, version), (n, errors) in list(self.requests.items())],
@@ -100,11 +111,33 @@ class WorkerStatistics:
                              "sync": self.sync_seconds.export(),
                              "failures": self.sync_failures},
             "lag": lag_report,
+            "isr": [self.isr_shrinks, self.isr_expands],
+            "followers": followers or [],
         }
 
 
 def _ignore(*_args) -> None:
     pass
+
+
+def follower_lags(replication) -> list[list]:
+    """[topic, partition, follower node, lag] for every follower of the partitions this
+    worker leads: the leader's log end minus the follower's log end as its last fetch stated
+    it. The leader's view, not the follower's own: a follower that is stalled, partitioned
+    or dead cannot report its lag, while its leader sees it grow. A follower that has not
+    fetched from this leader yet is left out until it does (its replica is then missing from
+    the ISR, which `klog_under_replicated_partitions` counts)."""
+    out = []
+    for (topic, index), role in list(replication.roles.items()):
+        if not role.leading:
+            continue
+        owned = replication.worker.partitions.get(topic, index)
+        if owned is None:
+            continue
+        end = owned.log.log_end_offset
+        for follower, follower_end in list(role.follower_ends.items()):
+            out.append([topic, index, follower, max(end - follower_end, 0)])
+    return out
 
 
 class MetricsPublisher:
@@ -118,7 +151,8 @@ class MetricsPublisher:
     def publish(self) -> None:
         worker = self.worker
         lag = worker.groups.lag.latest
-        document = worker.statistics.document(worker.guard.stats, lag)
+        document = worker.statistics.document(worker.guard.stats, lag,
+                                              follower_lags(worker.replication))
         now_ms = int(self.clock() * 1000)
         try:
             worker.region.metrics.publish(worker.index, document, now_ms)
@@ -127,6 +161,7 @@ class MetricsPublisher:
                 self._warned = True
                 log.warning("worker %d: metrics document too large (%s): publishing the lag "
                             "report without its partitions", worker.index, exc)
+            document["followers"] = []
             if lag is not None:
                 document["lag"] = {**lag, "groups": [{**g, "partitions": []}
                                                      for g in lag["groups"]]}

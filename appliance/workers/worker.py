@@ -177,7 +177,7 @@ class Worker:
         self.partitions.remove_deleted_leftovers()
         for info in self.controller.topics():
             self.partitions.open_topic(info, now_ms=now_ms)
-        self.groups.load_owned()
+        self.groups.follow_leadership()  # alone: loads what it owns; a fleet's wait for roles
         self.controller.add_listener(self._on_topic_change)
         self.controller.add_reload_listener(self._on_reload)
 
@@ -203,8 +203,8 @@ class Worker:
             for index in self.partitions.delete_moved(info, now_ms=self.now_ms()):
                 log.info("%s-%d: no longer a replica here; its log is deleted", name, index)
             self.remote.forget_moved(name, info.owners)
-            if name == OFFSETS_TOPIC:
-                self.groups.load_owned()
+            if name == OFFSETS_TOPIC:  # in the same step as the roles: no truncation between
+                self.groups.follow_leadership()
 
     async def serve(self, sock: socket.socket | None = None) -> None:
         """Start accepting on `sock` (bound by the caller) or on the configured listener."""
@@ -220,8 +220,8 @@ class Worker:
                        asyncio.ensure_future(self._flush_loop()),
                        asyncio.ensure_future(self._close_idle_connections()),
                        asyncio.ensure_future(MetricsPublisher(self).run())]
-        self.groups.start()
         self.replication.start()
+        self.groups.start()  # after the roles: it coordinates what it leads
         self._tasks.append(asyncio.ensure_future(self._watch_remote_appends()))
 
     @property

@@ -7,7 +7,8 @@ Both I/O flavours drive the same object: :meth:`poll` returns the requests to se
 :meth:`take_records` hand out records (decoding on demand; :meth:`take_columns` hands them
 out as columns), and :meth:`raise_pending` raises an error an answer left for the
 application. It composes the pieces: `Assignment`
-(positions), `Lookups` (ListOffsets), `Fetcher` (the data path), `ClusterMetadata`.
+(positions), `Lookups` (ListOffsets), `Validations` (positions checked after a leader change,
+KIP-320), `Fetcher` (the data path), `ClusterMetadata`.
 
 With a ``group_id`` it also drives a `GroupProtocol` (coordinator, membership, commits):
 the group's requests go out with the others, its answers are routed to it, and the group sets
@@ -22,10 +23,11 @@ from klog.consumer.fetcher import Fetcher
 from klog.consumer.group import GROUP_APIS, GroupProtocol
 from klog.consumer.offsets import Lookups, OffsetLookup
 from klog.consumer.positions import COMMITTED, EARLIEST, LATEST, RESETS, Assignment
+from klog.consumer.validation import Validations
 from klog.errors import KlogError, NoOffsetForPartitionError
 from klog.metadata import NO_LEADER, ClusterMetadata
 from klog.outgoing import Outgoing
-from klog.protocol.apis import list_offsets, metadata
+from klog.protocol.apis import list_offsets, metadata, offset_for_leader_epoch
 from klog.protocol.records_columns import RecordColumns
 from klog.types import ConsumerRecord, TopicPartition
 
@@ -45,6 +47,7 @@ class ConsumerProtocol:
         self._lookups = Lookups(self.cluster, self.assignment, config.isolation, self._errors)
         self._fetcher = Fetcher(config, self.cluster, self.assignment, self._errors,
                                 self._backoff)
+        self._validations = Validations(self.cluster, self.assignment, self._errors)
         self.group: GroupProtocol | None = None
         if config.group_id is not None:
             self.group = GroupProtocol(config, self.cluster, self.assignment,
@@ -125,6 +128,7 @@ class ConsumerProtocol:
             out.append(Outgoing(None, metadata, body))
         self._lookups.start_resets()
         out.extend(self._lookups.requests(now_ms, self._node_ready))
+        out.extend(self._validations.requests(now_ms, self._node_ready))  # before fetching
         out.extend(self._fetcher.requests(now_ms, self._node_ready))
         return out
 
@@ -152,7 +156,11 @@ class ConsumerProtocol:
         elif request.api in GROUP_APIS:
             self.group.on_response(request, response, now_ms)  # type: ignore[union-attr]
         elif request.api is list_offsets:
-            self._lookups.on_response(request, response)
+            if self._lookups.on_response(request, response):
+                self._backoff[request.node] = now_ms + self.config.retry_backoff_ms
+        elif request.api is offset_for_leader_epoch:
+            if self._validations.on_response(request, response):
+                self._backoff[request.node] = now_ms + self.config.retry_backoff_ms
         else:
             self._fetcher.on_response(request, response, now_ms)
 
@@ -167,5 +175,7 @@ class ConsumerProtocol:
             self.group.on_failure(request, error, now_ms)  # type: ignore[union-attr]
         elif request.api is list_offsets:
             self._lookups.on_failure(request)
+        elif request.api is offset_for_leader_epoch:
+            self._validations.on_failure(request)
         else:
             self._fetcher.on_failure(request)

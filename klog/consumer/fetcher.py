@@ -16,7 +16,7 @@ from itertools import groupby
 
 from klog.config import ConsumerConfig
 from klog.consumer.positions import Assignment
-from klog.consumer.records import CompletedFetch, decode, decode_columns, next_fetch_offset
+from klog.consumer.records import CompletedFetch, decode, decode_columns, next_fetch_position
 from klog.errors import KlogError, error_for
 from klog.metadata import NO_LEADER, ClusterMetadata, read_replica_for
 from klog.outgoing import Outgoing
@@ -62,8 +62,10 @@ class Fetcher:
         topics: dict[str, list] = {}
         for tp, offset in wanted:
             states[tp].fetching = True
+            epoch = self.cluster.leader_epoch_of(tp.topic, tp.partition)
+            states[tp].leader_epoch = max(states[tp].leader_epoch, epoch)
             topics.setdefault(tp.topic, []).append(fetch.FetchPartition(
-                partition=tp.partition, current_leader_epoch=-1, fetch_offset=offset,
+                partition=tp.partition, current_leader_epoch=epoch, fetch_offset=offset,
                 log_start_offset=-1, partition_max_bytes=config.max_partition_fetch_bytes))
         body = fetch.Request(
             replica_id=-1, max_wait_ms=config.fetch_max_wait_ms,
@@ -130,9 +132,10 @@ class Fetcher:
             data = part.records
             if data:
                 data = bytes(data)
-                following = next_fetch_offset(data)
+                found = next_fetch_position(data)
+                following = None if found is None else found[0]
                 if following is not None and following > offset:
-                    state.fetch_offset = following
+                    state.fetch_offset, state.fetch_epoch = found
                     state.buffered += 1
                     self._completed.append(CompletedFetch(tp, offset, data, following,
                                                           state.generation))

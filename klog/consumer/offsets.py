@@ -6,6 +6,9 @@ partitions still unanswered and fills the lookups from the answers. Leadership e
 retried after a metadata refresh; anything else ends the lookup with a typed error. The
 consumer's own position resets (auto_offset_reset, seek_to_beginning/end) are lookups too,
 tagged with the partition generations they were made for, so a seek in between voids them.
+Each partition carries its leader epoch (KIP-320): a leader that has moved on answers
+FENCED_LEADER_EPOCH, one that has not heard of the election UNKNOWN_LEADER_EPOCH, a leader
+just elected whose high watermark still lags OFFSET_NOT_AVAILABLE; all are retried.
 """
 
 from __future__ import annotations
@@ -39,13 +42,16 @@ class OffsetLookup:
     def unsent(self) -> list[TopicPartition]:
         return [tp for tp in self.wanted if tp not in self.results and tp not in self.sent]
 
-    def request(self, partitions: list[TopicPartition], isolation_level: int):
-        """The ListOffsets body asking for ``partitions`` (all led by one node)."""
+    def request(self, partitions: list[TopicPartition], isolation_level: int,
+                epoch_of: Callable[[str, int], int] = lambda topic, partition: -1):
+        """The ListOffsets body asking for ``partitions`` (all led by one node), each with
+        its leader epoch as ``epoch_of`` knows it (KIP-320; -1: unknown)."""
         by_topic: dict[str, list] = {}
         for tp in partitions:
             self.sent.add(tp)
             by_topic.setdefault(tp.topic, []).append(list_offsets.ListOffsetsPartition(
-                partition_index=tp.partition, current_leader_epoch=-1,
+                partition_index=tp.partition,
+                current_leader_epoch=epoch_of(tp.topic, tp.partition),
                 timestamp=self.wanted[tp]))
         return list_offsets.Request(replica_id=-1, isolation_level=isolation_level, topics=[
             list_offsets.ListOffsetsTopic(name=name, partitions=parts)
@@ -124,15 +130,19 @@ class Lookups:
                 elif node_ready(node, now_ms):
                     by_node.setdefault(node, []).append(tp)
             for node, tps in by_node.items():
-                body = lookup.request(tps, self.isolation)
+                body = lookup.request(tps, self.isolation, self.cluster.leader_epoch_of)
                 out.append(Outgoing(node, list_offsets, body, context=(lookup, tps)))
         return out
 
-    def on_response(self, request: Outgoing, response) -> None:
+    def on_response(self, request: Outgoing, response) -> bool:
+        """Take an answer; True when some partitions must be asked again (after a metadata
+        refresh, and not at once: the caller leaves the node alone a while)."""
         lookup, _ = request.context
-        if lookup.absorb(response, self.cluster.describe(request.node)):
+        stale = lookup.absorb(response, self.cluster.describe(request.node))
+        if stale:
             self.cluster.mark_stale()
         self._finish()
+        return stale
 
     def on_failure(self, request: Outgoing) -> None:
         lookup, tps = request.context

@@ -34,7 +34,8 @@ RESETS = {"earliest": EARLIEST, "latest": LATEST, "none": None}
 
 class PartitionState:
     __slots__ = ("position", "fetch_offset", "reset", "high_watermark", "log_start_offset",
-                 "paused", "fetching", "buffered", "generation")
+                 "paused", "fetching", "buffered", "generation", "fetch_epoch",
+                 "leader_epoch", "validating")
 
     def __init__(self, reset: int | str | None, generation: int):
         self.position: int | None = None
@@ -46,11 +47,17 @@ class PartitionState:
         self.fetching = False  # a Fetch for this partition is in flight
         self.buffered = 0  # completed fetches waiting in the consumer
         self.generation = generation  # unique in the Assignment (see the module docstring)
+        # KIP-320: the leader epoch of the batch before fetch_offset (-1: unknown, e.g. after
+        # a seek), and the partition's leader epoch when we last fetched or validated there;
+        # a newer leader epoch in the metadata means validating fetch_offset before fetching
+        self.fetch_epoch = -1
+        self.leader_epoch = -1
+        self.validating = False
 
     @property
     def fetchable(self) -> bool:
         return (self.fetch_offset is not None and not self.paused and not self.fetching
-                and self.buffered <= 1)
+                and self.buffered <= 1 and not self.validating)
 
 
 class Assignment:
@@ -97,6 +104,8 @@ class Assignment:
         state.generation = self._next_generation()
         state.buffered = 0
         state.fetching = False  # an answer to the fetch in flight will be dropped as stale
+        state.fetch_epoch = -1  # a position set by hand or looked up: nothing to validate
+        state.validating = False
 
     def resolved(self, tp: TopicPartition, offset: int) -> None:
         """A reset's answer arrived."""

@@ -36,10 +36,20 @@ class CompletedFetch:
 
 def next_fetch_offset(data) -> int | None:
     """The offset after the last whole batch in ``data`` (None: no whole batch)."""
+    found = next_fetch_position(data)
+    return None if found is None else found[0]
+
+
+def next_fetch_position(data) -> tuple[int, int] | None:
+    """(the offset after the last whole batch in ``data``, that batch's leader epoch), or
+    None without a whole batch. The epoch is what the position is validated with after a
+    leader change (OffsetForLeaderEpoch, KIP-320)."""
     last = None
     for _, header in scan_batches(data, verify_crc=False):
         last = header
-    return None if last is None else last.base_offset + last.last_offset_delta + 1
+    if last is None:
+        return None
+    return last.base_offset + last.last_offset_delta + 1, last.partition_leader_epoch
 
 
 def decode(fetch: CompletedFetch, *, check_crcs: bool = True,

@@ -70,6 +70,8 @@ def test_finer_retention_unit_wins_whatever_the_order():
     ({"log.segment.bytes": "1"}, "segment.bytes"),
     ({"offsets.topic.num.partitions": "0"}, "offsets.topic.num.partitions"),
     ({"offsets.topic.segment.bytes": "100"}, "offsets.topic.segment.bytes"),
+    ({"offsets.topic.replication.factor": "0"}, "offsets.topic.replication.factor"),
+    ({"offsets.commit.timeout.ms": "soon"}, "offsets.commit.timeout.ms"),
     ({"group.min.session.timeout.ms": "9000", "group.max.session.timeout.ms": "8000"},
      "group.min.session.timeout.ms"),
     ({"connections.max.idle.ms": "0"}, "connections.max.idle.ms"),
@@ -94,6 +96,17 @@ def test_protection_and_metrics_keys():
     assert (config.connections_max_idle_ms, config.max_connections,
             config.max_connections_per_ip) == (1500, 60, 25)
     assert (config.metrics_host, config.metrics_port) == ("0.0.0.0", 9100)
+
+
+def test_the_offsets_topic_keys_are_kafkas():
+    default = build_config({})
+    assert (default.offsets_topic_replication_factor, default.offsets_commit_timeout_ms) == \
+        (3, 5000)  # Kafka's defaults, no longer ignored
+    config = build_config({"offsets.topic.replication.factor": "2",
+                           "offsets.commit.timeout.ms": "800"})
+    assert (config.offsets_topic_replication_factor, config.offsets_commit_timeout_ms) == \
+        (2, 800)
+    assert config.ignored_keys == ()
 
 
 def test_overrides_apply_over_the_file(tmp_path: Path):

@@ -1,17 +1,24 @@
-"""Cluster-mode metrics of two appliances on one real ZooKeeper server: the session, which one
-controls the fleet and its epoch, and partitions left without a leader when an appliance
+"""Cluster-mode metrics of two appliances on one real ZooKeeper server: replication (a stalled
+follower: its lag as its leader sees it, the ISR shrinking and expanding, the partition
+under-replicated meanwhile, in the metrics and in `klog cluster status`), the session, which
+one controls the fleet and its epoch, and partitions left without a leader when an appliance
 stops; then ZooKeeper goes away and the session gauge says so."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import time
 import urllib.request
 
+import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import klog
-from tests.conftest import Appliance, free_port
+from tests.conftest import REPO, Appliance, free_port
 from tests.fleet.zookeeper import Ensemble, unavailable_reason
 
 pytestmark = pytest.mark.interop
@@ -42,6 +49,7 @@ def fleet(zookeeper, tmp_path_factory):
                 "zookeeper.connect": f"{zookeeper.connect}/klog-metrics",
                 "zookeeper.session.timeout.ms": "6000",
                 "metrics.port": str(port),
+                "replica.lag.time.max.ms": "3000",  # a stalled follower leaves the ISR soon
             })
             appliance.metrics_port = port
             appliance.start(timeout_s=60)
@@ -52,12 +60,29 @@ def fleet(zookeeper, tmp_path_factory):
             appliance.stop()
 
 
-def gauges(appliance) -> dict[str, float]:
+def samples(appliance) -> list:
     url = f"http://127.0.0.1:{appliance.metrics_port}/metrics"
     with urllib.request.urlopen(url, timeout=10) as answer:
         text = answer.read().decode()
-    return {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples
-            if not s.labels}
+    return [s for f in text_string_to_metric_families(text) for s in f.samples]
+
+
+def gauges(appliance) -> dict[str, float]:
+    return {s.name: s.value for s in samples(appliance) if not s.labels}
+
+
+def summed(appliance, name: str, **labels) -> float:
+    """The sum of a labelled series' samples (e.g. a counter over every worker)."""
+    return sum(s.value for s in samples(appliance) if s.name == name
+               and all(s.labels.get(k) == v for k, v in labels.items()))
+
+
+def cluster_status(appliance, *flags) -> subprocess.CompletedProcess:
+    done = subprocess.run([sys.executable, "-m", "cli.main", "cluster", "status", "--config",
+                           str(appliance.config), *flags], cwd=REPO, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done
 
 
 def wait_until(predicate, timeout_s: float = 60.0):
@@ -68,6 +93,52 @@ def wait_until(predicate, timeout_s: float = 60.0):
             return result
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.3)
+
+
+def test_a_stalled_follower_in_the_metrics_and_cluster_status(fleet):
+    """SIGSTOP of the follower's worker while records arrive: the leader's appliance shows
+    the follower's lag, then (after replica.lag.time.max.ms) an ISR shrink and the partition
+    under-replicated, as `klog cluster status` does; after SIGCONT an expansion and none."""
+    with klog.Admin(fleet[0].bootstrap) as admin:
+        admin.create_topic("mirrored", 1, replication_factor=2)
+    state = wait_until(lambda: next((p for p in orjson.loads(cluster_status(
+        fleet[0], "--json").stdout)["partition_states"] if p["topic"] == "mirrored"
+        and len(p["isr"]) == 2), None))
+    leader = fleet[state["leader"] // 100 - 1]
+    follower = next(a for a in fleet if a is not leader)
+    with klog.Producer(bootstrap_servers=leader.bootstrap, acks="all") as producer:
+        for i in range(10):
+            producer.send("mirrored", b"%d" % i)
+    follower_node = next(r for r in state["replicas"] if r != state["leader"])
+    lag = {"topic": "mirrored", "partition": "0", "follower": str(follower_node)}
+    wait_until(lambda: any(s.name == "klog_follower_lag_messages" and s.labels == lag
+                           and s.value == 0 for s in samples(leader)))
+    shrinks = summed(leader, "klog_isr_shrinks_total")
+    assert gauges(leader)["klog_under_replicated_partitions"] == 0
+    pid = follower.worker_pid(0)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        with klog.Producer(bootstrap_servers=leader.bootstrap, acks=1) as producer:
+            for i in range(7):
+                producer.send("mirrored", b"%d" % i)
+        assert wait_until(lambda: summed(leader, "klog_follower_lag_messages", **lag) == 7)
+        wait_until(lambda: gauges(leader)["klog_under_replicated_partitions"] == 1)
+        # the worker publishes its counters twice a second: they may follow the gauge
+        wait_until(lambda: summed(leader, "klog_isr_shrinks_total") == shrinks + 1)
+        assert gauges(follower)["klog_under_replicated_partitions"] == 0  # it leads none
+        status = orjson.loads(cluster_status(leader, "--json").stdout)
+        assert "mirrored-0" in status["under_replicated_partitions"]
+        row = next(p for p in status["partition_states"] if p["topic"] == "mirrored")
+        assert row["isr"] == [state["leader"]] and row["problems"] == ["under-replicated"]
+        assert row["leader_epoch"] == state["leader_epoch"]  # an ISR change is no election
+        human = cluster_status(leader, "--problems").stdout
+        assert "mirrored" in human and f"not in sync: {lag['follower']}" in human
+        expands = summed(leader, "klog_isr_expands_total")
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    wait_until(lambda: gauges(leader)["klog_under_replicated_partitions"] == 0)
+    wait_until(lambda: summed(leader, "klog_isr_expands_total") == expands + 1)
+    wait_until(lambda: summed(leader, "klog_follower_lag_messages", **lag) == 0)
 
 
 def test_session_controller_and_offline_partitions(fleet, zookeeper):

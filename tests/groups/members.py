@@ -26,6 +26,10 @@ class MemberProcess:
         self.process = subprocess.Popen(command, stderr=self.stderr,
                                         stdout=subprocess.DEVNULL)
         self.killed_at: float | None = None
+        # when the test asked it to stop: it leaves the group then, and clients log their
+        # closing revoke after their LeaveGroup (aiokafka does), so a partition the group has
+        # already handed to another member may still look owned here for a moment
+        self.stopped_at: float | None = None
 
     def events(self) -> list[dict]:
         if not self.out.exists():
@@ -64,6 +68,9 @@ class MemberProcess:
         end = end if end is not None else time.monotonic()
         for p, start in since.items():
             intervals.setdefault(p, []).append((start, end))
+        if self.stopped_at is not None:  # what it held once asked to leave is not counted
+            intervals = {p: [(s, min(e, self.stopped_at)) for s, e in spans
+                             if s < self.stopped_at] for p, spans in intervals.items()}
         return intervals
 
     def kill9(self) -> None:
@@ -73,6 +80,7 @@ class MemberProcess:
 
     def stop(self, timeout_s: float = 30.0) -> int:
         if self.process.poll() is None:
+            self.stopped_at = time.monotonic()
             self.process.send_signal(signal.SIGTERM)
             try:
                 self.process.wait(timeout_s)

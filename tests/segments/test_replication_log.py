@@ -18,13 +18,13 @@ from tests.segments.batches import make_batch
 from .conftest import SMALL
 
 
-def leader_log(open_log, epochs: list[tuple[int, int]]) -> PartitionLog:
+def leader_log(open_log, epochs: list[tuple[int, int]], payload: bytes = b"") -> PartitionLog:
     """A leader's log: per (epoch, batches) pair, start the epoch and append 2-record batches."""
     log = open_log()
     for epoch, batches in epochs:
         log.start_leader_epoch(epoch)
         for _ in range(batches):
-            log.append(make_batch(records=2), now_ms=0, leader_epoch=epoch)
+            log.append(make_batch(records=2, payload=payload), now_ms=0, leader_epoch=epoch)
     return log
 
 
@@ -135,3 +135,117 @@ def test_an_unreadable_checkpoint_is_rebuilt(open_log, log_dir):
         assert reopened.leader_epochs.entries == [(2, 0)]
     finally:
         reopened.close()
+
+
+def test_a_read_up_to_a_held_high_watermark_on_an_indexed_batch(open_log, log_dir):
+    """The high watermark held (replication) exactly at a batch that has an offset index
+    entry: a read that may reach it stops there. The index entry names a batch past the
+    bound, which once was taken for a broken index (rebuilt, then an error to the client)."""
+    from appliance.segments.non_owner_reader import PartitionReader
+    log = open_log()
+    log.hold_high_watermark = True
+    for _ in range(40):
+        log.append(make_batch(records=2, payload=b"x" * 100), now_ms=0)
+    segment = log.segments.active
+    entries = log.active_index_entries()
+    assert len(entries) >= 3
+    position = entries[1][1]  # an indexed batch: the high watermark will be its base offset
+    header = next(h for p, h in segment.headers(0, segment.size) if p == position)
+    log.set_high_watermark(header.base_offset)
+    first = segment.base_offset
+    piece = log.read(first, 1 << 20)
+    assert (piece.position, piece.position + piece.length) == (0, position)
+    snap = log.snapshot()
+    with PartitionReader(log_dir) as reader:
+        remote = reader.read(first, 1 << 20, log_start_offset=0, high_watermark=snap.high_watermark,
+                             log_end_offset=snap.log_end_offset,
+                             active_base_offset=snap.active_base_offset,
+                             active_bytes=snap.active_bytes)
+        assert remote.position + remote.length == position
+
+
+def test_the_epoch_of_an_offset_and_where_an_epoch_began(open_log):
+    log = leader_log(open_log, [(0, 2), (3, 1), (5, 2)])  # epochs begin at 0, 4, 6
+    cache = log.leader_epochs
+    assert [cache.epoch_for_offset(o) for o in (0, 3, 4, 5, 6, 9)] == [0, 0, 3, 3, 5, 5]
+    assert (cache.start_offset_of(3), cache.start_offset_of(4)) == (4, None)
+    assert LeaderEpochCache("/nonexistent").epoch_for_offset(7) == -1
+
+
+def copy_all(leader: PartitionLog, follower: PartitionLog) -> None:
+    """What a follower's fetches do: append every batch of the leader past the follower's end."""
+    while follower.log_end_offset < leader.log_end_offset:
+        follower.append_replica(leader.read_replica(follower.log_end_offset, 4096).read(),
+                                now_ms=0)
+
+
+def test_a_follower_follows_the_leaders_log_start_up_to_its_high_watermark(open_log,
+                                                                            tmp_path):
+    """The leader moves its log start (a snapshot's DeleteRecords); the follower moves its own
+    there too and deletes the segments wholly below it, but never past its high watermark:
+    what it has not been told is committed stays. Nothing is written when nothing moves."""
+    leader = leader_log(open_log, [(0, 30), (2, 30)], b"x" * 300)  # 120 offsets, 5 segments
+    follower_dir = str(tmp_path / "follower-0")
+    follower = PartitionLog.open(follower_dir, SMALL, now_ms=0)
+    try:
+        follower.hold_high_watermark = True
+        copy_all(leader, follower)
+        segments_before = follower.segment_count
+        assert segments_before > 3
+        leader.roll(now_ms=0)
+        leader.delete_records_before(100, now_ms=0)
+        assert leader.log_start_offset == 100
+        follower.set_high_watermark(70)
+        assert follower.follow_log_start(leader.log_start_offset, now_ms=0) > 0
+        assert follower.log_start_offset == 70  # its own high watermark bounds it
+        assert follower.segment_count < segments_before
+        assert follower.segments.first.base_offset <= 70
+        assert follower.leader_epochs.entries == [(2, 70)]  # epoch 2 began at 60, now held
+        follower.set_high_watermark(120)
+        follower.follow_log_start(leader.log_start_offset, now_ms=0)
+        assert follower.log_start_offset == 100
+        assert follower.read_replica(100, 1 << 20).read() == \
+            leader.read_replica(100, 1 << 20).read()  # the same batches from the start on
+        state_file = os.path.join(follower_dir, "partition.state")
+        written = os.stat(state_file).st_mtime_ns
+        assert follower.follow_log_start(50, now_ms=0) == 0  # behind ours: nothing to do
+        assert os.stat(state_file).st_mtime_ns == written
+    finally:
+        follower.close()
+    reopened = PartitionLog.open(follower_dir, SMALL, now_ms=0)
+    try:
+        assert reopened.log_start_offset == 100  # persisted
+    finally:
+        reopened.close()
+
+
+def test_a_follower_behind_the_leaders_log_start_restarts_there(open_log, tmp_path):
+    """A follower away while its leader deleted what it would fetch next: its log restarts
+    empty at the leader's log start (Kafka's truncateFullyAndStartAt) and continues from
+    there with the leader's batches, offsets and epochs."""
+    leader = leader_log(open_log, [(0, 20), (3, 40)], b"x" * 300)  # 120 offsets
+    fetched_once = leader.read_replica(0, 1).read()  # one batch, before the follower went away
+    leader.roll(now_ms=0)
+    leader.delete_records_before(90, now_ms=0)
+    follower_dir = str(tmp_path / "follower-0")
+    follower = PartitionLog.open(follower_dir, SMALL, now_ms=0)
+    try:
+        follower.append_replica(fetched_once, now_ms=0)  # offsets 0-1
+        with pytest.raises(ValueError, match="truncate instead"):
+            follower.truncate_fully_and_start_at(1, now_ms=0)
+        follower.truncate_fully_and_start_at(leader.log_start_offset, now_ms=0)
+        assert (follower.log_start_offset, follower.high_watermark,
+                follower.log_end_offset) == (90, 90, 90)
+        assert follower.leader_epochs.entries == []
+        copy_all(leader, follower)
+        assert follower.leader_epochs.entries == [(3, 90)]
+        assert follower.read_replica(90, 1 << 20).read() == \
+            leader.read_replica(90, 1 << 20).read()
+    finally:
+        follower.close()
+    reopened = PartitionLog.open(follower_dir, SMALL, now_ms=0)
+    try:
+        assert (reopened.log_start_offset, reopened.log_end_offset) == (90, 120)
+    finally:
+        reopened.close()
+

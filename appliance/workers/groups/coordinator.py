@@ -1,18 +1,26 @@
 """The group coordinator of one worker: the groups of the ``__consumer_offsets`` partitions it
-owns, their committed offsets, and the log that makes both durable.
+leads, their committed offsets, and the log that makes both durable.
 
 Placement follows Kafka: a group lives in partition ``partition_for(group_id)`` of the internal
-topic, and the worker owning that partition coordinates it. The topic is created on first
-use, spread over the workers like any topic, so groups spread over the appliance's cores and
-disks; a worker restarted after kill -9 owns the same partitions again and reloads them.
+topic, and the worker leading that partition coordinates it (``coordination.py`` decides which;
+an appliance alone leads what it owns). The topic is created on first use, spread over the
+workers (and, in cluster mode, replicated over ``offsets.topic.replication.factor``
+appliances) like any topic, so groups spread over the fleet's cores and disks.
 
-Writes: an OffsetCommit is one batch appended to the group's partition and answered after the
-worker's group commit has made it durable, so an acknowledged commit survives a crash. Group
-generations are appended too (not waited for). The in-memory state moves at append time, so
-a snapshot taken while commits are still syncing includes them.
+Leadership (``loading.py``): a partition this worker starts leading is loaded from its log
+(COORDINATOR_LOAD_IN_PROGRESS meanwhile), one it stops leading is unloaded at once (its
+members get NOT_COORDINATOR and find the new coordinator); only a leader holds groups.
 
-Time: a sweep every ``TICK_S`` expires sessions and ends join phases; it also snapshots a
-partition whose log has grown well past its live state, and writes the lag report.
+Writes: an OffsetCommit is one batch appended to the group's partition (stamped with the
+leader epoch by the replication role) and answered once the worker's group commit has made it
+durable and the partition's high watermark has passed it (acks=all; at once alone), so an
+acknowledged commit survives a crash and the loss of the appliance. A commit that cannot be
+committed gets Kafka's retriable errors (``coordination.commit_error``). Group generations
+are appended too (not waited for). The in-memory state moves at append time, so a snapshot
+taken while commits are still syncing includes them.
+
+Time: a sweep every ``TICK_S`` follows leadership, expires sessions and ends join phases; it
+also compacts partitions by snapshot (``compaction.py``) and writes the lag report.
 """
 
 from __future__ import annotations
@@ -21,9 +29,18 @@ import asyncio
 import logging
 from collections.abc import Iterable
 
+from appliance.identity import NODES_PER_APPLIANCE
 from appliance.segments.errors import StorageError
+from appliance.workers.groups.compaction import Compaction
+from appliance.workers.groups.coordination import (
+    NotEnoughAppliances,
+    commit_error,
+    coordinator_epoch,
+    offsets_replication_factor,
+)
 from appliance.workers.groups.group import Group, GroupLimits
 from appliance.workers.groups.lag import LagReport
+from appliance.workers.groups.loading import PartitionLoads
 from appliance.workers.groups.offsets_log import (
     OFFSETS_TOPIC,
     Committed,
@@ -31,18 +48,16 @@ from appliance.workers.groups.offsets_log import (
     group_record,
     offset_record,
     partition_for,
-    snapshot_records,
 )
 from appliance.workers.groups.state import GroupState
 from appliance.workers.handler_context import HandlerContext
 from klog.protocol.error_codes import ErrorCode
-from klog.protocol.records import build_batch, decode_batches
+from klog.protocol.records import build_batch
 
 log = logging.getLogger(__name__)
 
 TICK_S = 0.1
 LAG_REPORT_INTERVAL_S = 1.0
-LOAD_READ_BYTES = 1 << 20
 RECORDS_PER_BATCH = 2000
 
 
@@ -61,9 +76,9 @@ class GroupCoordinator:
             max_size=config.group_max_size)
         self.groups: dict[str, Group] = {}
         self.offsets: dict[str, dict[tuple[str, int], Committed]] = {}
-        self.loaded: set[int] = set()  # partitions of __consumer_offsets served here
+        self.loads = PartitionLoads(self)  # the partitions of __consumer_offsets served here
+        self.compaction = Compaction(self)
         self.lag = LagReport()
-        self._snapshot_floor: dict[int, int] = {}  # partition -> log size right after a snapshot
         self._task: asyncio.Task | None = None
 
     # -- placement --------------------------------------------------------------------------
@@ -77,10 +92,15 @@ class GroupCoordinator:
         controller = self.worker.controller
         info = controller.topic(OFFSETS_TOPIC)
         if info is None:
-            # one replica until the coordinator's writes are replicated: extra replicas would
-            # hold nothing and, once out of the ISR, never return to it
+            nodes = controller.fleet_nodes
+            live = None if nodes is None else len({n // NODES_PER_APPLIANCE for n in nodes})
+            try:
+                factor = offsets_replication_factor(
+                    self.worker.config.offsets_topic_replication_factor, live)
+            except NotEnoughAppliances as exc:
+                raise CoordinatorError(ErrorCode.COORDINATOR_NOT_AVAILABLE, str(exc)) from None
             result = controller.create_topic(
-                OFFSETS_TOPIC, self.worker.config.offsets_topic_num_partitions, 1,
+                OFFSETS_TOPIC, self.worker.config.offsets_topic_num_partitions, factor,
                 self.topic_configs())
             if result.error not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
                 raise CoordinatorError(ErrorCode.COORDINATOR_NOT_AVAILABLE, result.message)
@@ -93,16 +113,25 @@ class GroupCoordinator:
         info = self.ensure_topic()
         return info, partition_for(group_id, info.partition_count)
 
+    def epoch_of(self, info, partition: int) -> int | None:
+        """The leader epoch in which this worker coordinates ``partition`` now, or None."""
+        owned = self.worker.partitions.get(OFFSETS_TOPIC, partition)
+        return coordinator_epoch(info, partition, worker_index=self.worker.index,
+                                 node_id=self.worker.node_id, held=owned is not None,
+                                 leading_epoch=None if owned is None else owned.leader_epoch)
+
     def _partition_here(self, group_id: str) -> int:
         info = self.worker.controller.topic(OFFSETS_TOPIC)
         if info is None:
             raise CoordinatorError(ErrorCode.NOT_COORDINATOR)
         partition = partition_for(group_id, info.partition_count)
-        if partition in self.loaded:
+        if self.epoch_of(info, partition) is None:
+            if partition in self.loads.loaded or partition in self.loads.loading:
+                self.follow_leadership()  # it moved before we heard: let go now
+            raise CoordinatorError(ErrorCode.NOT_COORDINATOR)
+        if partition in self.loads.loaded:
             return partition
-        if info.owners[partition] == self.worker.index:
-            raise CoordinatorError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
-        raise CoordinatorError(ErrorCode.NOT_COORDINATOR)
+        raise CoordinatorError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
 
     def group(self, group_id: str, *, create: bool) -> Group | None:
         """The group if this worker coordinates it (CoordinatorError otherwise); None when it
@@ -131,52 +160,50 @@ class GroupCoordinator:
                 f"session timeout {timeout_ms} ms is outside "
                 f"[{config.group_min_session_timeout_ms}, {config.group_max_session_timeout_ms}]")
 
-    # -- loading ----------------------------------------------------------------------------
+    # -- leadership (loading.py) --------------------------------------------------------------
 
-    def load_owned(self) -> None:
-        """Load every partition of the internal topic this worker owns and has not loaded."""
-        info = self.worker.controller.topic(OFFSETS_TOPIC)
-        if info is None:
-            return
-        for index, owner in enumerate(info.owners):
-            owned = self.worker.partitions.get(OFFSETS_TOPIC, index)
-            if owner == self.worker.index and owned is not None and index not in self.loaded:
-                self._load(index, owned.log)
+    def follow_leadership(self) -> None:
+        """Serve exactly the partitions this worker leads now (loading.py)."""
+        self.loads.follow()
 
-    def _load(self, index: int, plog) -> None:
-        state = LoadedPartition()
-        offset, end = plog.log_start_offset, plog.high_watermark
-        count = 0
-        while offset < end:
-            piece = plog.read(offset, LOAD_READ_BYTES)
-            if not piece:
-                break
-            for header, records in decode_batches(piece.read()):
-                state.apply_all((r.key, r.value) for r in records if r.offset >= offset)
-                count += len(records)
-                offset = header.base_offset + header.last_offset_delta + 1
+    def install(self, partition: int, plog, state: LoadedPartition) -> int:
+        """A partition's groups as its log rebuilt them; returns how many."""
         groups = state.build_groups(self.limits, self.worker.now_ms())
         for group_id, group in groups.items():
             group.on_change = self._persist_group
             self.groups[group_id] = group
             self.offsets[group_id] = state.offsets.get(group_id, {})
-        self.loaded.add(index)
-        self._snapshot_floor[index] = plog.size_bytes
-        log.info("worker %d loaded %s-%d: %d group(s) from %d record(s)", self.worker.index,
-                 OFFSETS_TOPIC, index, len(groups), count)
+        self.compaction.loaded(partition, plog.size_bytes)
+        return len(groups)
+
+    def drop(self, partition: int) -> int:
+        """Forget a partition's groups (another node coordinates them now); members waiting
+        in a join or sync are answered NOT_COORDINATOR. Returns how many."""
+        self.compaction.forget(partition)
+        info = self.worker.controller.topic(OFFSETS_TOPIC)
+        mine = [g for g in self.groups.keys() | self.offsets.keys()
+                if info is None or partition_for(g, info.partition_count) == partition]
+        for group_id in mine:
+            group = self.groups.pop(group_id, None)
+            if group is not None and group.state is not GroupState.DEAD:
+                group.on_change = lambda group: None
+                group.kill()
+            self.offsets.pop(group_id, None)
+        return len(mine)
 
     def unload_all(self) -> None:
         """The internal topic was deleted: every group here is gone."""
+        for partition in list(self.loads.loaded) + list(self.loads.loading):
+            self.loads.unload(partition)
         for group in self.groups.values():
             if group.state is not GroupState.DEAD:
                 group.kill()
         self.groups.clear()
         self.offsets.clear()
-        self.loaded.clear()
 
     # -- writing ----------------------------------------------------------------------------
 
-    def _append(self, partition: int, records: list[tuple[bytes, bytes | None]]):
+    def append(self, partition: int, records: list[tuple[bytes, bytes | None]]):
         """Append records to our partition of the internal topic; returns the last offset."""
         now_ms = self.worker.now_ms()
         last = -1
@@ -193,31 +220,55 @@ class GroupCoordinator:
             last = outcome.last_offset
         return last
 
-    async def _durable(self, partition: int, last_offset: int) -> None:
+    async def durable(self, partition: int, last_offset: int) -> None:
         owned = self.worker.partitions.get(OFFSETS_TOPIC, partition)
         await asyncio.wrap_future(self.worker.committer.request(owned.log, last_offset))
+
+    async def _committed(self, partition: int, last_offset: int) -> None:
+        """Durable here, then committed: the high watermark passed ``last_offset`` (every
+        replica in the ISR has it; at once for a single copy). CoordinatorError otherwise."""
+        try:
+            await self.durable(partition, last_offset)
+        except (StorageError, RuntimeError) as exc:  # a failed sync; a committer shut down
+            raise CoordinatorError(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)) from exc
+        error = await self.worker.replication.wait_committed(
+            OFFSETS_TOPIC, partition, last_offset,
+            self.worker.config.offsets_commit_timeout_ms / 1000)
+        if error != ErrorCode.NONE:
+            raise CoordinatorError(commit_error(error),
+                                   f"{OFFSETS_TOPIC}-{partition}: {error.name}")
+
+    def _refuse_short_isr(self, partition: int) -> None:
+        """acks=all's refusal before appending: fewer in-sync replicas than
+        min.insync.replicas (the commit is retried once the ISR is back)."""
+        refused = self.worker.replication.acks_all_refusal(OFFSETS_TOPIC, partition)
+        if refused is not None:
+            raise CoordinatorError(commit_error(refused),
+                                   f"{OFFSETS_TOPIC}-{partition}: {refused.name}")
 
     def _persist_group(self, group: Group) -> None:
         try:
             partition = self._partition_here(group.group_id)
-            self._append(partition, [group_record(group)])
+            self.append(partition, [group_record(group)])
         except CoordinatorError as exc:
             log.error("cannot store group %r: %s", group.group_id, exc)
 
     async def commit(self, group_id: str, offsets: dict[tuple[str, int], Committed]) -> None:
-        """Store committed offsets durably; raises CoordinatorError (nothing stored)."""
+        """Store committed offsets durably and replicated; raises CoordinatorError (not
+        acknowledged: stored nowhere, or not on enough replicas yet)."""
         partition = self._partition_here(group_id)
+        self._refuse_short_isr(partition)
         records = [offset_record(group_id, topic, index, value)
                    for (topic, index), value in offsets.items()]
-        last = self._append(partition, records)
+        last = self.append(partition, records)
         self.offsets.setdefault(group_id, {}).update(offsets)
         if group_id not in self.groups:
             self.groups[group_id] = self._new_group(group_id)
         try:
-            await self._durable(partition, last)
-        except (StorageError, RuntimeError) as exc:  # a failed sync; a committer shut down
-            log.error("commit of group %r is not durable: %s", group_id, exc)
-            raise CoordinatorError(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)) from exc
+            await self._committed(partition, last)
+        except CoordinatorError as exc:
+            log.warning("commit of group %r is not acknowledged: %s", group_id, exc)
+            raise
 
     def committed(self, group_id: str) -> dict[tuple[str, int], Committed]:
         return self.offsets.get(group_id, {})
@@ -226,6 +277,7 @@ class GroupCoordinator:
         """DeleteGroups: only an empty group; its offsets go with it."""
         try:
             partition = self._partition_here(group_id)
+            self._refuse_short_isr(partition)
         except CoordinatorError as exc:
             return exc.code
         group = self.groups.get(group_id)
@@ -236,20 +288,27 @@ class GroupCoordinator:
         group.kill()
         records = [offset_record(group_id, t, p, None) for t, p in self.committed(group_id)]
         records.append(group_record(group))
-        last = self._append(partition, records)
+        last = self.append(partition, records)
         del self.groups[group_id]
         self.offsets.pop(group_id, None)
-        await self._durable(partition, last)
+        try:
+            await self._committed(partition, last)
+        except CoordinatorError as exc:
+            return exc.code
         return ErrorCode.NONE
 
     # -- time -------------------------------------------------------------------------------
 
     def start(self) -> None:
+        """On the running loop, once replication has taken its roles: load what we lead."""
         self._task = asyncio.ensure_future(self._sweep())
+        self.loads.running = True
+        self.follow_leadership()
 
     def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
+        self.loads.stop()
 
     async def _sweep(self) -> None:
         loop = asyncio.get_running_loop()
@@ -257,12 +316,13 @@ class GroupCoordinator:
         while True:
             await asyncio.sleep(TICK_S)
             try:
+                self.follow_leadership()
                 self.tick(self.worker.now_ms())
                 if loop.time() >= next_report:
                     next_report = loop.time() + LAG_REPORT_INTERVAL_S
                     self.lag.write(self.groups.values(), self.offsets,
                                    self.worker.high_watermark_of, self.worker.now_ms())
-                await self._maybe_snapshot()
+                await self.compaction.sweep(self.loads.loaded)
             except Exception:  # one bad sweep must not stop the next
                 log.exception("group coordinator sweep failed")
 
@@ -272,41 +332,6 @@ class GroupCoordinator:
             if group.state is GroupState.EMPTY and group.generation == 0 \
                     and not group.pending and not self.offsets.get(group_id):
                 del self.groups[group_id]  # never used: nothing to remember
-
-    # -- compaction by snapshot ---------------------------------------------------------------
-
-    async def _maybe_snapshot(self) -> None:
-        segment_bytes = self.worker.config.offsets_topic_segment_bytes
-        for partition in sorted(self.loaded):
-            owned = self.worker.partitions.get(OFFSETS_TOPIC, partition)
-            if owned is None:
-                continue
-            grown = owned.log.size_bytes - self._snapshot_floor.get(partition, 0)
-            if grown >= segment_bytes:
-                await self.snapshot(partition)
-
-    async def snapshot(self, partition: int) -> None:
-        """Restate the partition's live state in a fresh segment, make it durable, then drop
-        everything before it: the log is compacted without rewriting a file."""
-        owned = self.worker.partitions.get(OFFSETS_TOPIC, partition)
-        plog = owned.log
-        now_ms = self.worker.now_ms()
-        plog.roll(now_ms=now_ms)
-        start = plog.log_end_offset
-        mine = [g for g in self.groups.values() if self._partition_of(g.group_id) == partition]
-        offsets = {g.group_id: self.offsets.get(g.group_id, {}) for g in mine}
-        records = list(snapshot_records(mine, offsets))
-        if records:
-            await self._durable(partition, self._append(partition, records))
-        deleted = plog.delete_records_before(start, now_ms=self.worker.now_ms())
-        self.worker.partitions.publish(owned)
-        self._snapshot_floor[partition] = plog.size_bytes
-        log.info("%s-%d: snapshot of %d record(s) at offset %d; %d old segment(s) deleted",
-                 OFFSETS_TOPIC, partition, len(records), start, deleted)
-
-    def _partition_of(self, group_id: str) -> int:
-        info = self.worker.controller.topic(OFFSETS_TOPIC)
-        return partition_for(group_id, info.partition_count)
 
     # -- views ------------------------------------------------------------------------------
 

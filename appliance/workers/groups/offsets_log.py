@@ -15,7 +15,11 @@ assignments) are hex.
 
 Compaction is by snapshot: :func:`snapshot_records` restates the live state; the coordinator
 appends it after a roll and then moves the log start past everything older, so a load replays
-at most one snapshot plus what followed it.
+at most one snapshot plus what followed it. A load (:func:`replay`) reads from the log start
+to the log end, not to the high watermark: a worker that has just become the partition's
+leader may not have heard yet that its last records are committed (the old leader's high
+watermark reaches followers with their next fetch), and whatever the new leader's log holds
+is what the partition will hold (its followers truncate to it).
 """
 
 from __future__ import annotations
@@ -29,10 +33,12 @@ import orjson
 
 from appliance.workers.groups.group import Group, GroupLimits, Member
 from appliance.workers.groups.state import GroupState
+from klog.protocol.records import decode_batches
 
 log = logging.getLogger(__name__)
 
 OFFSETS_TOPIC = "__consumer_offsets"
+LOAD_READ_BYTES = 1 << 20
 
 
 class Committed(NamedTuple):
@@ -94,6 +100,7 @@ class LoadedPartition:
         self.offsets: dict[str, dict[tuple[str, int], Committed]] = {}
         self.groups: dict[str, dict] = {}
         self.skipped = 0  # records that are not ours (bad JSON, unknown kind): logged
+        self.records = 0  # records replayed
 
     def apply(self, key: bytes | None, value: bytes | None) -> None:
         try:
@@ -162,3 +169,20 @@ def snapshot_records(groups: Iterable[Group],
     for group_id, committed in offsets.items():
         for (topic, partition), value in committed.items():
             yield offset_record(group_id, topic, partition, value)
+
+
+def replay(plog, state: LoadedPartition, *, chunk_bytes: int = LOAD_READ_BYTES) -> Iterator[None]:
+    """Apply a partition's records, from its log start to its log end as it is now, to
+    ``state``, one read of ``chunk_bytes`` at a time, yielding after each: a caller on an
+    event loop lets others run between reads. Raises StorageError, OffsetOutOfRangeError
+    (the log was cut meanwhile: its leadership moved)."""
+    offset, end = plog.log_start_offset, plog.log_end_offset
+    while offset < end:
+        piece = plog.read_replica(offset, chunk_bytes)
+        if not piece:
+            break
+        for header, records in decode_batches(piece.read()):
+            state.apply_all((r.key, r.value) for r in records if r.offset >= offset)
+            state.records += len(records)
+            offset = header.base_offset + header.last_offset_delta + 1
+        yield

@@ -6,11 +6,20 @@ payload byte enters Python. Budgets follow KIP-74: `partition_max_bytes` per par
 a batch larger than the budgets can still be consumed. When fewer than `min_bytes` are ready
 the fetch waits, up to `max_wait_ms`, for an append to one of its partitions. Sessions
 (KIP-227) are not kept: session_id 0 tells clients to send full requests.
+
+In cluster mode a consumer's fetch (replica_id -1) is first checked against the partition's
+leadership as this worker knows it (consumer_fencing.py: FENCED_LEADER_EPOCH,
+UNKNOWN_LEADER_EPOCH, NOT_LEADER_OR_FOLLOWER at a follower). A fetch above the high
+watermark but within the log is answered empty, never OFFSET_OUT_OF_RANGE: a leader just
+elected holds records up to the old leader's high watermark, which consumers have read, before
+its own high watermark has caught up (it waits for its followers' next fetches), and clients
+reset their position on OFFSET_OUT_OF_RANGE.
 """
 
 from __future__ import annotations
 
 from appliance.segments.errors import OffsetOutOfRangeError, StorageError
+from appliance.workers.consumer_fencing import consumer_refusal
 from appliance.workers.handler_context import HandlerContext
 from appliance.workers.shared_state import NotPublishedError
 from klog.protocol.apis import fetch
@@ -31,6 +40,11 @@ def _partition(index, error, log=None, records=b""):
 def _read(worker, topic, part, budget, must_fill, replica_id=-1):
     """One partition's answer and the bytes it carries. Any worker serves any partition of
     the appliance: its own from its logs, the others' through the shared-memory index."""
+    if replica_id < 0:
+        refused = consumer_refusal(worker.controller.topic(topic), part.partition,
+                                   part.current_leader_epoch, worker.node_id_of)
+        if refused is not None:
+            return _partition(part.partition, refused), 0, True
     owned = worker.readable_log(topic, part.partition)
     if owned is None:
         error = worker.absent_partition_error(topic, part.partition)
