@@ -121,7 +121,8 @@ class FleetMembership:
                     leadership.append(PartitionLeadership(state[0].leader, state[0].leader_epoch,
                                                           replicas, state[0].isr))
             topics[name] = FleetTopic(name, tuple(leadership), dict(topic.config))
-        return FleetView(nodes, topics, snapshot.controller)
+        return FleetView(nodes, topics, snapshot.controller,
+                         {n: dict(c) for n, c in snapshot.broker_configs.items()})
 
     def metrics_facts(self) -> dict[str, int]:
         """What the metrics say of the fleet (`appliance.metrics.collector`); any thread."""

@@ -5,6 +5,7 @@ partition's leader, leader epoch, replicas and ISR, and the partitions that are 
 live leader) or under-replicated (fewer live replicas in the ISR than replicas), as Kafka's
 UnderReplicatedPartitions counts them. Read-only: one pass over the znodes, no registration,
 no watches kept. `--problems` lists only the partitions that are offline or under-replicated.
+`klog cluster reassign` is in `cli/cluster_reassign.py`.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from appliance.config import ConfigError, load_config
-from cli import cluster_elect
+from cli import cluster_elect, cluster_reassign
 from cluster.fleet_view import FleetSnapshot, read_fleet
 from cluster.placement import appliance_of
 from cluster.session import Session, ZooKeeperUnavailable
@@ -32,6 +33,7 @@ def add_arguments(parser) -> None:
     status.add_argument("--problems", action="store_true",
                         help="list only offline and under-replicated partitions")
     cluster_elect.add_parser(actions)
+    cluster_reassign.add_parser(actions)
 
 
 def summarize(snapshot: FleetSnapshot) -> dict:
@@ -125,6 +127,8 @@ def run(args) -> int:
             print(f"klog: {args.config} has no zookeeper.connect: that appliance runs alone "
                   f"(see klog status)", file=sys.stderr)
             return 2
+    if args.action == "reassign":
+        return cluster_reassign.run(args, connect)
     session = Session(connect, session_timeout_ms=10_000, connection_timeout_ms=10_000)
     try:
         session.start()

@@ -11,9 +11,9 @@ new partitions get their first states in one multi per topic (leader: first live
 ISR: the live replicas); every other partition is settled by `leadership.settle` (a leader
 that is gone or shutting down replaced from the ISR with leader_epoch + 1, unclean election
 only where the topic enables it, dead and leaving nodes out of the ISR); requested
-deletions are carried out. Nodes of an appliance in a controlled shutdown count as live
-but never lead. Each state is written with its expected version, so a state changed
-meanwhile is left for the next pass.
+deletions are carried out; partition reassignments move on (`cluster.reassignment`). Nodes
+of an appliance in a controlled shutdown count as live but never lead. Each state is
+written with its expected version, so a state changed meanwhile is left for the next pass.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from cluster import znodes
 from cluster.fleet_view import FleetSnapshot, TopicState
 from cluster.leadership import UNCLEAN, nodes_of, settle, unclean_enabled
 from cluster.placement import elect_leader
+from cluster.reassignment import advance as advance_reassignments
 from cluster.session import (
     BadVersionError,
     NodeExistsError,
@@ -111,7 +112,7 @@ def reconcile(writer: FencedWriter, snapshot: FleetSnapshot, *,
             if partition in topic.states:
                 writes += _settle_partition(writer, topic, partition, replicas, live, shutting,
                                             unclean)
-    return writes
+    return writes + advance_reassignments(writer, snapshot)
 
 
 def _create_states(writer: FencedWriter, topic: TopicState, partitions: list[int],

@@ -1,6 +1,7 @@
 """The fleet as ZooKeeper holds it, read in one pass: live nodes, appliances, topics with their
 assignments, partition states and configs, the controller and its epoch, pending deletions,
-appliances asking for a controlled shutdown and a requested preferred-replica election.
+appliances asking for a controlled shutdown, a requested preferred-replica election, the
+pending reassignment request and the nodes' dynamic configs (replication throttles).
 
 Every read arms a watch (`watch`), so any change anywhere re-runs the reader's owner; the
 owner re-reads everything (level-triggered, like a reconcile loop), which stays cheap for a
@@ -25,6 +26,9 @@ class TopicState:
     version: int  # of the assignment node, for conditional partition additions
     states: dict[int, tuple[znodes.PartitionState, int]] = field(default_factory=dict)
     config: dict[str, str] = field(default_factory=dict)
+    # partitions being reassigned (KIP-455): the replicas being added and being removed
+    adding: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    removing: dict[int, tuple[int, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -41,6 +45,12 @@ class FleetSnapshot:
     shutting_down: frozenset[int] = frozenset()
     # a requested preferred-replica election and its node's version (preferred.py)
     preferred_election: tuple[znodes.PreferredElection, int] | None = None
+    # /admin/reassign_partitions and its version; None: no request waits for the controller
+    reassign_request: znodes.ReassignmentRequest | None = None
+    reassign_request_version: int = -1
+    reassign_request_error: str | None = None  # a request that does not parse, and why
+    # /config/brokers/<node> of the live nodes: their dynamic configs (replication throttles)
+    broker_configs: dict[int, dict[str, str]] = field(default_factory=dict)
 
     def load_by_node(self) -> dict[int, int]:
         load: dict[int, int] = {}
@@ -68,9 +78,13 @@ def read_fleet(session: Session, watch) -> FleetSnapshot:
     deleting = frozenset(_children(session, znodes.DELETE_TOPICS, watch))
     shutting_down = frozenset(int(c) for c in _children(session, znodes.CONTROLLED_SHUTDOWN,
                                                         watch))
+    # unwatched, in the same pipelined batch (no round trip of their own): a reassignment
+    # request or a throttle is seen by the next pass, within PASS_INTERVAL_S
     unwatched = ([znodes.broker_path(b) for b in broker_ids] +
                  [znodes.appliance_path(a) for a in appliance_ids] +
-                 [znodes.topic_config_path(n) for n in names])
+                 [znodes.topic_config_path(n) for n in names] +
+                 [znodes.broker_config_path(b) for b in broker_ids] +
+                 [znodes.REASSIGN_PARTITIONS])
     found = iter(session.get_many(unwatched))
     brokers = {}
     for broker_id in broker_ids:
@@ -83,6 +97,9 @@ def read_fleet(session: Session, watch) -> FleetSnapshot:
             path = znodes.appliance_path(appliance_id)
             appliances[appliance_id] = znodes.ApplianceRegistration.decode(got[0], path)
     configs = {name: got for name in names if (got := next(found)) is not None}
+    broker_configs = {b: znodes.TopicConfig.decode(got[0], znodes.broker_config_path(b)).config
+                      for b in broker_ids if (got := next(found)) is not None}
+    request_node = next(found)
     controller_node, epoch_node, election_node, *assignment_nodes = session.get_many(
         [znodes.CONTROLLER, znodes.CONTROLLER_EPOCH, znodes.PREFERRED_REPLICA_ELECTION]
         + [znodes.topic_path(n) for n in names], watch)
@@ -101,8 +118,16 @@ def read_fleet(session: Session, watch) -> FleetSnapshot:
     if election_node is not None:
         election = (_election(election_node[0]), election_node[1].version)
     topics = _read_states(session, assignments, configs, watch)
+    request, request_version, request_error = None, -1, None
+    if request_node is not None:
+        request_version = request_node[1].version
+        try:
+            request = znodes.ReassignmentRequest.decode(request_node[0])
+        except znodes.ZnodeError as exc:  # the controller deletes it, saying why
+            request, request_error = znodes.ReassignmentRequest(()), str(exc)
     return FleetSnapshot(brokers, appliances, topics, controller, owner, epoch, epoch_version,
-                         deleting, shutting_down, election)
+                         deleting, shutting_down, election, request, request_version,
+                         request_error, broker_configs)
 
 
 def _election(data: bytes) -> znodes.PreferredElection:
@@ -131,5 +156,6 @@ def _read_states(session: Session, assignments: dict, configs: dict,
         path = znodes.topic_config_path(name)
         config = znodes.TopicConfig.decode(configs[name][0], path).config \
             if name in configs else {}
-        topics[name] = TopicState(name, assignment.partitions, version, states[name], config)
+        topics[name] = TopicState(name, assignment.partitions, version, states[name], config,
+                                  assignment.adding, assignment.removing)
     return topics

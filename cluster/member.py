@@ -289,7 +289,8 @@ class ClusterMember:
                 return AdminResult(ErrorCode.INVALID_REPLICATION_FACTOR, str(exc))
             if validate_only:
                 return AdminResult()
-            grown = znodes.TopicAssignment({**topic.replicas, **added})
+            grown = znodes.TopicAssignment({**topic.replicas, **added}, topic.adding,
+                                           topic.removing)  # moves in flight go on
             try:
                 self.session.call("set", znodes.topic_path(name), grown.encode(),
                                   version=topic.version)

@@ -19,6 +19,8 @@ BROKER_IDS = "/brokers/ids"
 TOPICS = "/brokers/topics"
 TOPIC_CONFIGS = "/config/topics"
 DELETE_TOPICS = "/admin/delete_topics"
+REASSIGN_PARTITIONS = "/admin/reassign_partitions"
+BROKER_CONFIGS = "/config/brokers"
 APPLIANCES = "/klog/appliances"
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 PREFERRED_REPLICA_ELECTION = "/admin/preferred_replica_election"
@@ -66,6 +68,10 @@ def delete_request_path(topic: str) -> str:
 
 def shutdown_request_path(broker_id: int) -> str:
     return f"{CONTROLLED_SHUTDOWN}/{broker_id}"
+
+
+def broker_config_path(node_id: int) -> str:
+    return f"{BROKER_CONFIGS}/{node_id}"
 
 
 def _load(data: bytes, path: str) -> dict:
@@ -129,23 +135,59 @@ class ApplianceRegistration:
 
 @dataclass(frozen=True)
 class TopicAssignment:
-    """`/brokers/topics/<t>`: the replicas (node ids) of each partition, Kafka's version 2."""
+    """`/brokers/topics/<t>`: the replicas (node ids) of each partition, Kafka's version 2.
+
+    While a partition is reassigned (KIP-455), its replicas are the target's followed by the
+    original ones not in the target; `adding` names the target's new replicas, `removing`
+    the original ones the target drops. Both are empty (and left out) otherwise."""
 
     partitions: dict[int, tuple[int, ...]]
+    adding: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    removing: dict[int, tuple[int, ...]] = field(default_factory=dict)
 
     def encode(self) -> bytes:
-        return _dump({"version": 2,
-                      "partitions": {str(p): list(r) for p, r in sorted(self.partitions.items())},
-                      "adding_replicas": {}, "removing_replicas": {}})
+        def listed(by_partition):
+            return {str(p): list(r) for p, r in sorted(by_partition.items()) if r}
+        return _dump({"version": 2, "partitions": listed(self.partitions),
+                      "adding_replicas": listed(self.adding),
+                      "removing_replicas": listed(self.removing)})
 
     @classmethod
     def decode(cls, data: bytes, path: str) -> TopicAssignment:
         raw = _load(data, path)
+
+        def replicas(key: str) -> dict[int, tuple[int, ...]]:
+            return {int(p): tuple(int(n) for n in nodes)
+                    for p, nodes in (raw.get(key) or {}).items() if nodes}
         try:
-            return cls({int(p): tuple(int(n) for n in replicas)
-                        for p, replicas in raw["partitions"].items()})
+            return cls({int(p): tuple(int(n) for n in nodes)
+                        for p, nodes in raw["partitions"].items()},
+                       replicas("adding_replicas"), replicas("removing_replicas"))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ZnodeError(f"{path}: not a topic assignment: {exc}") from None
+
+
+@dataclass(frozen=True)
+class ReassignmentRequest:
+    """`/admin/reassign_partitions`: Kafka's version 1 JSON, the target replicas of each
+    partition to move, `{"version":1,"partitions":[{"topic","partition","replicas"}]}`.
+    Written by `klog cluster reassign --execute`, taken up (and deleted) by the controller."""
+
+    partitions: tuple[tuple[str, int, tuple[int, ...]], ...]
+
+    def encode(self) -> bytes:
+        return _dump({"version": 1, "partitions": [
+            {"topic": t, "partition": p, "replicas": list(r)} for t, p, r in self.partitions]})
+
+    @classmethod
+    def decode(cls, data: bytes, path: str = REASSIGN_PARTITIONS) -> ReassignmentRequest:
+        raw = _load(data, path)
+        try:
+            return cls(tuple((str(e["topic"]), int(e["partition"]),
+                              tuple(int(n) for n in e["replicas"]))
+                             for e in raw["partitions"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ZnodeError(f"{path}: not a reassignment request: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -173,7 +215,8 @@ class PartitionState:
 
 @dataclass(frozen=True)
 class TopicConfig:
-    """`/config/topics/<t>`: the topic's overrides of the broker defaults."""
+    """`/config/topics/<t>`: the topic's overrides of the broker defaults. Kafka keeps a
+    node's dynamic configs in `/config/brokers/<node>` in the same JSON."""
 
     config: dict[str, str] = field(default_factory=dict)
 

@@ -4,9 +4,9 @@ One socketpair per worker, made before the fork. Workers ask (`create_topic`, `d
 `allocate_producer_id`) and get one `reply` per request, in order; they also say `ready` once
 they serve. The supervisor starts each worker's stream with the whole `catalog` (and the
 cluster id), then broadcasts every change (`topic`, `topic_deleted`, `reload`, and in cluster
-mode `fleet`: the live nodes and the controller) to every worker. A worker that asked for a
-change sees the broadcast before the reply, so when its request returns, it already follows
-the new catalog.
+mode `fleet`: the live nodes, the controller and the nodes' dynamic configs) to every
+worker. A worker that asked for a change sees the broadcast before the reply, so when its
+request returns, it already follows the new catalog.
 
 Rules: a malformed message is a bug on our side, never user input: the end that reads it
 raises `ControlChannelError`, and the connection is dropped (the supervisor then restarts

@@ -32,6 +32,7 @@ class ControllerClient:
         self.cluster_id = ""
         self.fleet_nodes: dict[int, FleetNode] | None = None
         self.fleet_controller_id = -1
+        self.fleet_node_configs: dict[int, dict[str, str]] = {}
         self._has_catalog = False
         self._reader = MessageReader()
         self._topics: dict[str, TopicInfo] = {}
@@ -156,6 +157,7 @@ class ControllerClient:
         elif op == "fleet":
             self.fleet_nodes = {n[0]: FleetNode(*n) for n in message["nodes"]}
             self.fleet_controller_id = message["controller_id"]
+            self.fleet_node_configs = {n: c for n, c in message.get("node_configs", ())}
         elif op == "topic_deleted":
             self._topics.pop(message["name"], None)
             for listener in self._listeners:

@@ -48,6 +48,8 @@ class FleetView:
     nodes: dict[int, FleetNode]
     topics: dict[str, FleetTopic]
     controller_id: int = -1  # the controlling appliance's broker.id, -1: none elected
+    # the nodes' dynamic configs (/config/brokers/<node>): replication throttle rates
+    node_configs: dict[int, dict[str, str]] = field(default_factory=dict)
 
 
 def local_owners(leadership: tuple[PartitionLeadership, ...], broker_id: int) -> tuple[int, ...]:
@@ -77,6 +79,7 @@ class FleetDecisions:
         self._topics: dict[str, TopicInfo] = {}
         self._nodes: dict[int, FleetNode] | None = None  # None: no view yet
         self.controller_node_id = -1
+        self.node_configs: dict[int, dict[str, str]] = {}
         self._listeners: list[TopicListener] = []
         self._fleet_listeners: list[Callable[[dict[int, FleetNode], int], None]] = []
 
@@ -86,7 +89,8 @@ class FleetDecisions:
         self._listeners.append(listener)
 
     def add_fleet_listener(self, listener) -> None:
-        """`listener(nodes, controller_node_id)` runs when live nodes or the controller change."""
+        """`listener(nodes, controller_node_id)` runs when live nodes, the controller or the
+        nodes' dynamic configs (`node_configs`) change."""
         self._fleet_listeners.append(listener)
 
     def topics(self) -> list[TopicInfo]:
@@ -149,8 +153,10 @@ class FleetDecisions:
                  for node_id, n in view.nodes.items()}
         controller = (view.controller_id * NODES_PER_APPLIANCE
                       if view.controller_id >= 0 else -1)
-        if nodes != self._nodes or controller != self.controller_node_id:
+        if (nodes != self._nodes or controller != self.controller_node_id
+                or view.node_configs != self.node_configs):
             self._nodes, self.controller_node_id = nodes, controller
+            self.node_configs = view.node_configs
             for listener in self._fleet_listeners:
                 listener(nodes, controller)
         wanted = {name: TopicInfo(name=name,

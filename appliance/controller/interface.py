@@ -33,6 +33,8 @@ class Controller(Protocol):
     # cluster mode only (None / -1 alone): the fleet's live nodes and its controller's node
     fleet_nodes: dict[int, FleetNode] | None
     fleet_controller_id: int
+    # cluster mode: the nodes' dynamic configs (/config/brokers/<node>; {} alone)
+    fleet_node_configs: dict[int, dict[str, str]]
 
     def topics(self) -> list[TopicInfo]: ...
 

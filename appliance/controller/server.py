@@ -62,10 +62,11 @@ class ControlServer:
                       "topics": [topic_to_message(t) for t in self.controller.topics()]})
         return channel
 
-    @staticmethod
-    def _fleet_message(nodes: dict, controller_node_id: int) -> dict:
+    def _fleet_message(self, nodes: dict, controller_node_id: int) -> dict:
         return {"op": "fleet", "controller_id": controller_node_id,
-                "nodes": [[n.node_id, n.host, n.port, n.rack] for n in nodes.values()]}
+                "nodes": [[n.node_id, n.host, n.port, n.rack] for n in nodes.values()],
+                "node_configs": [[node, configs]
+                                 for node, configs in self.controller.node_configs.items()]}
 
     def _broadcast_fleet(self, nodes: dict, controller_node_id: int) -> None:
         self._fleet = self._fleet_message(nodes, controller_node_id)

@@ -22,6 +22,10 @@ _LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
 # Kafka topic configs that clients send with their default values, which klog honours by doing
 # nothing: any other value is refused, because klog would not do what it asks.
 DEFAULT_ONLY_CONFIGS = {"cleanup.policy": "delete", "compression.type": "producer"}
+# Kafka topic configs that are not the log's: a reassignment's replication throttle, which
+# the replica fetchers read from the topic's configs (workers/replication_throttle.py)
+REPLICATION_CONFIGS = frozenset({"leader.replication.throttled.replicas",
+                                 "follower.replication.throttled.replicas"})
 
 
 class InvalidTopicError(ValueError):
@@ -148,6 +152,8 @@ def topic_log_config(defaults: LogConfig, overrides: dict[str, str]) -> LogConfi
     Raises ValueError naming a key that is unknown or whose value klog cannot honour."""
     settings = {**defaults.to_kafka()}
     for key, value in overrides.items():
+        if key in REPLICATION_CONFIGS:
+            continue
         if key in DEFAULT_ONLY_CONFIGS:
             if value != DEFAULT_ONLY_CONFIGS[key]:
                 raise ValueError(f"{key}={value} is not supported; klog only does "

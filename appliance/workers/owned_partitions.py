@@ -9,6 +9,9 @@ left to the Fetch handler, which asks for a `ReadSlice` and sends it with sendfi
 from __future__ import annotations
 
 import logging
+import os
+import shutil
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,7 +22,7 @@ from appliance.segments.errors import (
     RecordTooLargeError,
     StorageError,
 )
-from appliance.segments.layout import partition_dir
+from appliance.segments.layout import fsync_directory, partition_dir
 from appliance.segments.log import PartitionLog
 from appliance.workers.producer_state import ProducerStates, Verdict
 from appliance.workers.shared_state import Publisher
@@ -27,6 +30,8 @@ from klog.protocol.error_codes import ErrorCode
 from klog.protocol.record_batch import CorruptBatchError, scan_batches
 
 log = logging.getLogger(__name__)
+
+DELETE_SUFFIX = "-delete"  # Kafka's: a log directory set aside, to be removed
 
 
 @dataclass
@@ -58,6 +63,7 @@ class OwnedPartitions:
         self.defaults = defaults
         self.worker_index = worker_index
         self._owned: dict[tuple[str, int], OwnedPartition] = {}
+        self._retired: list[tuple[int, PartitionLog]] = []  # (remove at ms, log): moved away
         self._on_append = on_append or (lambda topic, index: None)
         self.publisher = publisher
 
@@ -99,10 +105,56 @@ class OwnedPartitions:
             else:
                 owned.log.close()
 
+    def delete_moved(self, info: TopicInfo, *, now_ms: int) -> list[int]:
+        """Delete the logs of the topic's partitions this worker no longer holds: a
+        reassignment moved the replica away (Kafka's StopReplica with delete). As Kafka
+        deletes a log, asynchronously: its directory is renamed aside at once
+        (`<topic>-<partition>.<id>-delete`), so the partition may come back here as a new
+        log, and its files stay open for `file.delete.delay.ms` (Fetch responses in flight
+        send from them) before `remove_retired` removes them. Returns the indexes."""
+        moved = [key for key in self._owned if key[0] == info.name and
+                 (key[1] >= len(info.owners) or info.owners[key[1]] != self.worker_index)]
+        for key in moved:
+            plog = self._owned.pop(key).log
+            aside = f"{plog.directory}.{uuid.uuid4().hex}{DELETE_SUFFIX}"
+            try:
+                os.rename(plog.directory, aside)
+                fsync_directory(str(self.log_dir))
+            except OSError as exc:
+                log.error("%s-%d moved away, but its log cannot be renamed aside (%s): "
+                          "deleting it now", *key, exc)
+                self._remove(plog)
+                continue
+            plog.directory = aside  # whatever it still writes goes there
+            self._retired.append((now_ms + plog.config.file_delete_delay_ms, plog))
+        return [index for _, index in moved]
+
+    def remove_retired(self, *, now_ms: int | None = None) -> None:
+        """Remove the logs `delete_moved` set aside whose delay is over (all: None)."""
+        due = [r for r in self._retired if now_ms is None or r[0] <= now_ms]
+        for entry in due:
+            self._retired.remove(entry)
+            self._remove(entry[1])
+
+    def remove_deleted_leftovers(self) -> None:
+        """At start: logs set aside by an earlier life that did not live to remove them."""
+        for path in self.log_dir.glob(f"*{DELETE_SUFFIX}"):
+            if path.is_dir():
+                log.info("removing %s, set aside for deletion before a restart", path)
+                shutil.rmtree(path, ignore_errors=True)
+
+    @staticmethod
+    def _remove(plog: PartitionLog) -> None:
+        try:
+            plog.delete()
+        except StorageError as exc:
+            log.error("%s stays: %s", plog.directory, exc)
+
     def close(self) -> None:
         for owned in self._owned.values():
             owned.log.close()
         self._owned.clear()
+        self.remove_retired()
 
     def append(self, topic: str, index: int, records, *, now_ms: int) -> AppendOutcome:
         """Append a Produce request's records to one partition, with idempotence checks."""

@@ -166,16 +166,22 @@ class ReplicaFetcher:
     async def _fetch(self, link, wanted) -> bool:
         """One Fetch for every partition ready; True if the leader refused some."""
         by_topic: dict[str, list] = {}
+        throttle = self.worker.follower_throttle  # a reassignment's (replication_throttle.py)
+        limits, throttled = throttle.limits([key for key, _ in wanted], PARTITION_MAX_BYTES)
         for (topic, index), leader_epoch in wanted:
             owned = self.replication.following((topic, index), self.leader, leader_epoch)
             if owned is None:
                 self.partitions.pop((topic, index), None)
                 continue
+            if limits[(topic, index)] <= 0:
+                continue  # throttled, and its bucket is empty: not in this fetch
             by_topic.setdefault(topic, []).append(fetch.FetchPartition(
                 partition=index, current_leader_epoch=leader_epoch,
                 fetch_offset=owned.log.log_end_offset, log_start_offset=owned.log.log_start_offset,
-                partition_max_bytes=PARTITION_MAX_BYTES))
+                partition_max_bytes=limits[(topic, index)]))
         if not by_topic:
+            if throttled:
+                await asyncio.sleep(throttle.delay_s())
             return False
         request = fetch.Request(
             replica_id=self.worker.node_id, max_wait_ms=MAX_WAIT_MS, min_bytes=1,
@@ -190,6 +196,8 @@ class ReplicaFetcher:
         for topic in response.responses:
             for part in topic.partitions:
                 key = (topic.topic, part.partition_index)
+                if key in throttled and part.records:
+                    throttle.spend(len(part.records))
                 refused |= not self._take(key, epochs.get(key), part)
         return refused
 

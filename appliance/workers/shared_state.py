@@ -156,6 +156,13 @@ class RemoteLogs:
         except (TornEntryError, FreeSlotError):
             return None
 
+    def forget_moved(self, topic: str, owners: tuple[int, ...]) -> None:
+        """Close the readers of partitions whose owner is no longer the one they read (a
+        reassignment moved them): their files are deleted, and would stay open otherwise."""
+        for key in [k for k in self._readers if k[0] == topic and
+                    (k[1] >= len(owners) or owners[k[1]] != k[2])]:
+            self._readers.pop(key).close()
+
     def forget(self, topic: str) -> None:
         for key in [k for k in self._readers if k[0] == topic]:
             self._readers.pop(key).close()

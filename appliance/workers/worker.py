@@ -35,6 +35,7 @@ from appliance.workers.handlers import HANDLERS
 from appliance.workers.handlers.api_versions import advertised_versions
 from appliance.workers.owned_partitions import OwnedPartitions
 from appliance.workers.replica_state import Replication
+from appliance.workers.replication_throttle import FollowerThrottle
 from appliance.workers.shared_state import Publisher, RemoteLogs
 from appliance.workers.statistics import MetricsPublisher, WorkerStatistics
 from appliance.workers.waiters import AppendWaiters
@@ -72,6 +73,7 @@ class Worker:
                                         if self.statistics.enabled else None)
         self.groups = GroupCoordinator(self)
         self.replication = Replication(self)  # cluster mode's leader and follower roles
+        self.follower_throttle = FollowerThrottle(self)  # a reassignment's, on its fetchers
         self.handlers = dict(HANDLERS)
         self.advertised_api_versions = advertised_versions(set(self.handlers))
         self.connections: set[KafkaConnection] = set()
@@ -172,6 +174,7 @@ class Worker:
     def open_logs(self) -> None:
         """Open every owned partition (recovering it) and follow the controller's changes."""
         now_ms = self.now_ms()
+        self.partitions.remove_deleted_leftovers()
         for info in self.controller.topics():
             self.partitions.open_topic(info, now_ms=now_ms)
         self.groups.follow_leadership()  # alone: loads what it owns; a fleet's wait for roles
@@ -197,6 +200,9 @@ class Worker:
         else:
             self.partitions.open_topic(info, now_ms=self.now_ms())
             self.replication.apply(info)
+            for index in self.partitions.delete_moved(info, now_ms=self.now_ms()):
+                log.info("%s-%d: no longer a replica here; its log is deleted", name, index)
+            self.remote.forget_moved(name, info.owners)
             if name == OFFSETS_TOPIC:  # in the same step as the roles: no truncation between
                 self.groups.follow_leadership()
 
@@ -293,6 +299,7 @@ class Worker:
         while True:
             await asyncio.sleep(FLUSH_CHECK_INTERVAL_S)
             now_ms = self.now_ms()
+            self.partitions.remove_retired(now_ms=now_ms)  # logs moved away, delay over
             for owned in list(self.partitions):
                 try:
                     owned.log.flush_if_due(now_ms=now_ms)

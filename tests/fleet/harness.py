@@ -34,22 +34,28 @@ def running_fleet(ensemble, root: Path, chroot: str, *, broker_ids=(1, 2, 3), lo
     appliances: list[Appliance] = []
     try:
         for broker_id in broker_ids:
-            appliance = Appliance(root / f"a{broker_id}", log_dirs=log_dirs, settings={
-                "broker.id": str(broker_id),
-                "zookeeper.connect": f"{ensemble.connect}{chroot}",
-                "zookeeper.session.timeout.ms": str(SESSION_MS),
-                "broker.rack": f"rack-{broker_id}",
-                "group.initial.rebalance.delay.ms": "0",
-                **(settings or {}),
-                **(settings_of or {}).get(broker_id, {}),
-            })
-            appliance.start(timeout_s=60)
-            appliances.append(appliance)
+            appliances.append(fleet_appliance(
+                ensemble, root, chroot, broker_id, log_dirs=log_dirs,
+                settings={**(settings or {}), **(settings_of or {}).get(broker_id, {})}
+            ).start(timeout_s=60))
         wait_for_brokers(appliances[0], log_dirs * len(broker_ids))
         yield appliances
     finally:
         for appliance in appliances:
             appliance.stop()
+
+
+def fleet_appliance(ensemble, root: Path, chroot: str, broker_id: int, *, log_dirs: int = 2,
+                    settings: dict[str, str] | None = None) -> Appliance:
+    """An appliance of the fleet under `chroot`, not started (e.g. one that joins later)."""
+    return Appliance(root / f"a{broker_id}", log_dirs=log_dirs, settings={
+        "broker.id": str(broker_id),
+        "zookeeper.connect": f"{ensemble.connect}{chroot}",
+        "zookeeper.session.timeout.ms": str(SESSION_MS),
+        "broker.rack": f"rack-{broker_id}",
+        "group.initial.rebalance.delay.ms": "0",
+        **(settings or {}),
+    })
 
 
 def zk_client(ensemble, chroot: str):
@@ -125,6 +131,28 @@ def replica_batches(appliance: Appliance, topic: str, partition: int) -> list[tu
                 batches += [(h.base_offset, h.last_offset_delta, h.partition_leader_epoch,
                              h.crc) for h in _headers(path.read_bytes())]
             return batches
+    return None
+
+
+def replica_bytes(appliance: Appliance, topic: str, partition: int) -> int | None:
+    """The bytes of record batches in this appliance's replica of the partition (headers
+    walked, not the preallocated rest of the segment); None if it holds no replica."""
+    for disk in appliance.log_dirs:
+        directory = Path(disk) / f"{topic}-{partition}"
+        if directory.is_dir():
+            total = 0
+            try:
+                for path in sorted(directory.glob("*.log")):
+                    with open(path, "rb") as segment:
+                        while len(head := segment.read(HEADER_BYTES)) == HEADER_BYTES:
+                            header = read_header(head, 0)
+                            if header.batch_length == 0:
+                                break
+                            total += header.size
+                            segment.seek(header.size - HEADER_BYTES, os.SEEK_CUR)
+            except FileNotFoundError:
+                return None  # deleted meanwhile
+            return total
     return None
 
 

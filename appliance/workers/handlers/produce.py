@@ -99,9 +99,18 @@ def handle(worker: HandlerContext, request):
 async def _after_sync(worker, to_sync, result, timeout_ms=30_000):
     """Wait until every appended partition is on disk; a failed sync fails its partition.
     A replicated partition also waits until its high watermark passes the batch."""
+    # replicated or not as appended: a replica whose role ends while it syncs (a reassignment
+    # removed it) must not answer as a single copy would, for what no other replica may hold
+    replicated = [entry for entry in to_sync
+                  if worker.replication.leader_epoch(entry[0], entry[1]) is not None]
     futures = []
-    for topic, index, last_offset, _ in to_sync:
+    for topic, index, last_offset, response in to_sync:
         owned = worker.partitions.get(topic, index)
+        if owned is None:  # moved away since the append (reassigned): the new leader answers
+            response.error_code = int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+            response.base_offset = -1
+            futures.append(asyncio.sleep(0))
+            continue
         futures.append(asyncio.wrap_future(worker.committer.request(owned.log, last_offset)))
     outcomes = await asyncio.gather(*futures, return_exceptions=True)
     for (_, _, _, response), outcome in zip(to_sync, outcomes):
@@ -109,8 +118,6 @@ async def _after_sync(worker, to_sync, result, timeout_ms=30_000):
             response.error_code = int(ErrorCode.KAFKA_STORAGE_ERROR)
             response.error_message = f"fdatasync failed: {outcome}"
             response.base_offset = -1
-    replicated = [entry for entry in to_sync
-                  if worker.replication.leader_epoch(entry[0], entry[1]) is not None]
     if not replicated:  # single copies: durable on this disk is committed
         return result
     committed = await asyncio.gather(*(
