@@ -63,7 +63,9 @@ def batch_end(segment: LogSegment, start: int, limit: int, end: int) -> int:
     """The largest batch boundary in ``(start, limit]`` (``limit`` must be at least the end of
     the batch at ``start``); ``end`` bounds the scan (the segment size or the high watermark)."""
     entry_offset, entry_position = segment.index.lookup_position(limit)
-    if entry_position <= start:
+    if entry_position <= start or entry_position >= end:
+        # an entry at ``end`` names the batch that starts there (a high watermark below the
+        # log end can): it is past the bound, so it cannot be checked; scan from ``start``
         entry_offset, entry_position = -1, start
     boundary = entry_position
     scan = (segment.headers(start, end) if entry_offset < 0

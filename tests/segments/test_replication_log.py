@@ -135,3 +135,26 @@ def test_an_unreadable_checkpoint_is_rebuilt(open_log, log_dir):
         assert reopened.leader_epochs.entries == [(2, 0)]
     finally:
         reopened.close()
+
+
+def test_a_read_stops_at_a_high_watermark_that_starts_an_indexed_batch(open_log, log_dir):
+    """A high watermark below the log end (a leader waiting for its followers, a follower
+    behind its leader) may fall on a batch that has an index entry. A read up to it ends
+    there, the entry left alone: taken for a broken one, it made every such Fetch fail after
+    rebuilding the index for nothing (seen in tests/faults), and cost the other workers'
+    readers a lookup without the index."""
+    from appliance.segments import PartitionReader
+    log = open_log()
+    log.hold_high_watermark = True
+    for _ in range(12):
+        log.append(make_batch(records=2), now_ms=0)
+    indexed = log.active_index_entries()
+    assert indexed
+    with PartitionReader(log_dir) as reader:
+        for last_offset, position in indexed:
+            log.reset_high_watermark(last_offset - 1)  # the first offset of that batch
+            piece = log.read(0, 1 << 20)
+            assert (piece.position, piece.length) == (0, position)
+            seen = reader.read(0, 1 << 20, **log.snapshot()._asdict())
+            assert (seen.position, seen.length) == (0, position)
+        assert reader.statistics().index_mismatches == 0
