@@ -1,0 +1,442 @@
+"""The workload that runs throughout a fault test, and what it records for the checker.
+
+- two producers writing numbered values (`<producer>-<seq>`) round-robin over the
+  partitions at a moderate rate: confluent-kafka, idempotent with acks=all (`c`), and
+  kafka-python with acks=all, not idempotent, one request in flight (`k`);
+- a consumer group of two confluent-kafka members reading throughout and committing what
+  they read (synchronously, every half second), and a third member (`resumer`) that joins
+  at the end, once the two have left;
+- an observer reading the group's committed offsets back every second;
+- a ZooKeeper watch on every partition's state znode (leader, leader epoch, ISR).
+
+`finish` stops it all in that order and adds a final read of every partition (kafka-python,
+from offset 0 to the high watermark) and every replica's batches from disk.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+
+import orjson
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from kafka import KafkaConsumer, KafkaProducer
+from kafka import TopicPartition as KafkaTopicPartition
+
+from klog.protocol.record_batch import HEADER_BYTES, read_header
+from tests.faults.checker import Ack, Batch, GroupEvent, Observations, Read, StateSeen
+from tests.faults.fleet import FaultFleet, wait_until
+
+PARTITIONS = 6
+CONFLUENT_RATE = 150  # records per second
+KAFKA_PYTHON_RATE = 40
+COMMIT_INTERVAL_S = 0.5
+
+
+class Journal:
+    """A list that several threads append to, in the order they do."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.items: list = []
+
+    def add(self, item) -> None:
+        with self.lock:
+            self.items.append(item)
+
+    def snapshot(self) -> list:
+        with self.lock:
+            return list(self.items)
+
+
+class _Loop(threading.Thread):
+    """A thread running `step` until stopped."""
+
+    def __init__(self, name: str):
+        super().__init__(name=name, daemon=True)
+        self.stopping = threading.Event()
+        self.aborting = False
+
+    def run(self) -> None:
+        self.setup()
+        while not self.stopping.is_set():
+            self.step()
+        self.teardown()
+
+    def setup(self) -> None:
+        pass
+
+    def step(self) -> None:
+        raise NotImplementedError
+
+    def teardown(self) -> None:
+        pass
+
+    def stop(self, timeout_s: float = 200) -> None:
+        self.stopping.set()
+        self.join(timeout_s)
+        assert not self.is_alive(), f"{self.name} did not stop"
+
+    def abort(self) -> None:
+        """Stop without waiting for what is still in flight (a test that failed)."""
+        self.aborting = True
+        self.stopping.set()
+        self.join(30)
+
+
+class Writer(_Loop):
+    """Numbered values at `rate` per second; `acks` and `errors` as the client reports."""
+
+    name_prefix = "?"
+
+    def __init__(self, bootstrap: str, topic: str, rate: float):
+        super().__init__(f"writer-{self.name_prefix}")
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.rate = rate
+        self.acks = Journal()
+        self.errors = Journal()
+        self.sent = 0
+        self._started_at = 0.0
+
+    def setup(self) -> None:
+        self._started_at = time.monotonic()
+
+    def step(self) -> None:
+        due = self._started_at + self.sent / self.rate
+        if due > time.monotonic():
+            self.idle(due - time.monotonic())
+            return
+        seq = self.sent
+        self.send(seq, f"{self.name_prefix}-{seq}".encode(), seq % PARTITIONS)
+        self.sent += 1
+
+    def acked(self, seq: int, partition: int, offset: int) -> None:
+        self.acks.add(Ack(self.name_prefix, seq, partition, offset))
+
+    def idle(self, seconds: float) -> None:
+        time.sleep(min(seconds, 0.05))
+
+    def send(self, seq: int, value: bytes, partition: int) -> None:
+        raise NotImplementedError
+
+
+class ConfluentWriter(Writer):
+    name_prefix = "c"
+
+    def setup(self) -> None:
+        super().setup()
+        self.producer = Producer({
+            "bootstrap.servers": self.bootstrap, "enable.idempotence": True, "acks": "all",
+            "linger.ms": 5, "message.timeout.ms": 180_000, "retry.backoff.ms": 100})
+
+    def send(self, seq: int, value: bytes, partition: int) -> None:
+        def delivered(err, msg, seq=seq):
+            if err is None:
+                self.acked(seq, msg.partition(), msg.offset())
+            else:
+                self.errors.add(f"c-{seq}: {err}")
+        while True:
+            try:
+                self.producer.produce(self.topic, value, partition=partition,
+                                      on_delivery=delivered)
+                break
+            except BufferError:
+                self.producer.poll(0.05)
+        self.producer.poll(0)
+
+    def idle(self, seconds: float) -> None:
+        self.producer.poll(min(seconds, 0.05))
+
+    def teardown(self) -> None:
+        left = self.producer.flush(1 if self.aborting else 180)
+        if left:
+            self.errors.add(f"{left} records still undelivered after 180 s")
+        self.producer = None  # librdkafka's threads end with the last reference
+
+
+class KafkaPythonWriter(Writer):
+    name_prefix = "k"
+
+    def setup(self) -> None:
+        super().setup()
+        self.producer = KafkaProducer(
+            bootstrap_servers=self.bootstrap.split(","), acks="all", enable_idempotence=False,
+            max_in_flight_requests_per_connection=1, linger_ms=5, retry_backoff_ms=100,
+            delivery_timeout_ms=180_000, request_timeout_ms=30_000)
+
+    def send(self, seq: int, value: bytes, partition: int) -> None:
+        future = self.producer.send(self.topic, value, partition=partition)
+        future.add_callback(lambda meta, seq=seq: self.acked(seq, meta.partition, meta.offset))
+        future.add_errback(lambda exc, seq=seq: self.errors.add(f"k-{seq}: {exc!r}"))
+
+    def teardown(self) -> None:
+        if not self.aborting:
+            self.producer.flush(180)
+        self.producer.close(1 if self.aborting else 10)
+
+
+class GroupMember(_Loop):
+    """A member of the group: subscribes, reads, commits what it read twice a second (unless
+    `commits` is false: the resumer only shows where the group resumes)."""
+
+    def __init__(self, name: str, bootstrap: str, topic: str, group: str, journal: Journal,
+                 *, commits: bool = True):
+        super().__init__(f"member-{name}")
+        self.commits = commits
+        self.member = name
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.group = group
+        self.journal = journal
+        self.position: dict[int, int] = {}  # owned partition -> next offset to commit
+        self.committed: dict[int, int] = {}
+        self._last_commit = 0.0
+
+    def setup(self) -> None:
+        self.consumer = Consumer({
+            "bootstrap.servers": self.bootstrap, "group.id": self.group,
+            "client.id": self.member, "enable.auto.commit": False,
+            "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
+            "heartbeat.interval.ms": 1000, "partition.assignment.strategy": "range"})
+        self.consumer.subscribe([self.topic], on_assign=self._assigned,
+                                on_revoke=self._revoked, on_lost=self._revoked)
+
+    def _assigned(self, consumer, partitions) -> None:
+        for tp in partitions:
+            self.journal.add(GroupEvent(self.member, "assigned", tp.partition))
+
+    def _revoked(self, consumer, partitions) -> None:
+        for tp in partitions:
+            self.position.pop(tp.partition, None)
+            self.committed.pop(tp.partition, None)
+            self.journal.add(GroupEvent(self.member, "revoked", tp.partition))
+
+    def step(self) -> None:
+        for message in self.consumer.consume(200, timeout=0.2):
+            if message.error():
+                continue
+            p = message.partition()
+            epoch = message.leader_epoch()
+            self.journal.add(GroupEvent(self.member, "read", p, message.offset(),
+                                        message.value().decode(), epoch))
+            self.position[p] = message.offset() + 1
+        if self.commits and time.monotonic() - self._last_commit >= COMMIT_INTERVAL_S:
+            self.commit()
+
+    def commit(self) -> None:
+        self._last_commit = time.monotonic()
+        pending = [TopicPartition(self.topic, p, o) for p, o in self.position.items()
+                   if self.committed.get(p) != o]
+        if not pending:
+            return
+        try:
+            done = self.consumer.commit(offsets=pending, asynchronous=False)
+        except KafkaException:
+            return  # not acknowledged: it may or may not have landed
+        for tp in done or []:
+            if tp.error is None and tp.partition in self.position:
+                self.committed[tp.partition] = tp.offset
+                self.journal.add(GroupEvent(self.member, "committed", tp.partition,
+                                            tp.offset))
+
+    def teardown(self) -> None:
+        if self.commits and not self.aborting:
+            self.commit()
+        self.consumer.close()
+
+
+class CommitObserver(_Loop):
+    """Reads the group's committed offsets back every second (a consumer outside it)."""
+
+    def __init__(self, bootstrap: str, topic: str, group: str, journal: Journal):
+        super().__init__("commit-observer")
+        self.bootstrap, self.topic, self.group, self.journal = bootstrap, topic, group, journal
+
+    def setup(self) -> None:
+        self.consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": self.group,
+                                  "enable.auto.commit": False})
+
+    def read(self, timeout_s: float = 5) -> dict[int, int] | None:
+        try:
+            found = self.consumer.committed(
+                [TopicPartition(self.topic, p) for p in range(PARTITIONS)], timeout=timeout_s)
+        except KafkaException:
+            return None
+        out = {tp.partition: tp.offset for tp in found if tp.error is None and tp.offset >= 0}
+        for p, offset in sorted(out.items()):
+            self.journal.add(GroupEvent("observer", "observed", p, offset))
+        return out
+
+    def step(self) -> None:
+        self.read()
+        self.stopping.wait(1.0)
+
+    def teardown(self) -> None:
+        self.consumer.close()
+
+
+class EpochWatcher:
+    """Every version of every partition state znode, as ZooKeeper's watches deliver them."""
+
+    def __init__(self, zk, topic: str):
+        self.zk = zk
+        self.topic = topic
+        self.states = Journal()
+        self._stopped = False
+        from kazoo.recipe.watchers import DataWatch
+        for partition in range(PARTITIONS):
+            DataWatch(zk, f"/brokers/topics/{topic}/partitions/{partition}/state",
+                      func=self._callback(partition))
+
+    def _callback(self, partition: int):
+        def seen(data, stat, *_):
+            if self._stopped:
+                return False  # removes the watch
+            if data:
+                state = orjson.loads(data)
+                self.states.add(StateSeen(partition, stat.version, state["leader"],
+                                          state["leader_epoch"], tuple(state["isr"])))
+            return True
+        return seen
+
+    def isr_sizes(self, partition: int) -> list[int]:
+        return [len(s.isr) for s in self.states.snapshot() if s.partition == partition]
+
+    def stop(self) -> None:
+        self._stopped = True
+
+
+class Workload:
+    """One test's workload on its own topic; `finish` returns what the checker needs."""
+
+    def __init__(self, fleet: FaultFleet, name: str):
+        self.fleet = fleet
+        self.topic = f"faults-{name}"
+        self.group = f"group-{name}"
+        self.journal = Journal()
+        bootstrap = fleet.bootstrap
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic(self.topic, PARTITIONS, 3,
+                                      config={"min.insync.replicas": "2"})])[self.topic].result(60)
+        wait_until(lambda: not [p for t, p in fleet.under_replicated() if t == self.topic],
+                   60, f"{self.topic}'s leaders and full ISRs")
+        self.watcher = EpochWatcher(fleet.zk, self.topic)
+        self.writers: list[Writer] = [ConfluentWriter(bootstrap, self.topic, CONFLUENT_RATE),
+                                      KafkaPythonWriter(bootstrap, self.topic,
+                                                        KAFKA_PYTHON_RATE)]
+        self.members = [GroupMember(n, bootstrap, self.topic, self.group, self.journal)
+                        for n in ("m1", "m2")]
+        self.observer = CommitObserver(bootstrap, self.topic, self.group, self.journal)
+        self.extra_acks: list[Ack] = []  # acknowledged by a test's own probes
+        self.log_marks = fleet.log_marks()
+
+    def start(self) -> Workload:
+        for thread in (*self.writers, *self.members, self.observer):
+            thread.start()
+        self.wait_progress(300)
+        return self
+
+    def acked(self) -> int:
+        return sum(len(w.acks.items) for w in self.writers)
+
+    def consumed(self) -> set[str]:
+        return {e.value for e in self.journal.snapshot() if e.kind == "read"}
+
+    def wait_progress(self, count: int, timeout_s: float = 120, *, read: bool = True) -> None:
+        """Until `count` more records are acknowledged and (`read`) the group has read every
+        record acknowledged so far."""
+        target = self.acked() + count
+        wait_until(lambda: self.acked() >= target, timeout_s,
+                   f"{count} more acknowledgements")
+        if read:
+            values = {a.value for w in self.writers for a in w.acks.snapshot()}
+            wait_until(lambda: values <= self.consumed(), timeout_s,
+                       "the group to read what was acknowledged")
+
+    def abort(self) -> None:
+        """After a failed test: stop every thread of the workload without waiting long."""
+        self.watcher.stop()
+        for thread in (*self.writers, *self.members, self.observer):
+            if thread.is_alive():
+                thread.abort()
+
+    def errors(self) -> list[str]:
+        return [e for w in self.writers for e in w.errors.snapshot()]
+
+    def finish(self) -> Observations:
+        """Stop the members (their last commits), let the writers go on a moment, stop them,
+        read the committed offsets, run the resumer to the end, read every partition and
+        every replica."""
+        for member in self.members:
+            member.stop()
+        self.wait_progress(100, read=False)
+        for writer in self.writers:
+            writer.stop()
+        self.observer.stop()
+        observer = CommitObserver(self.fleet.bootstrap, self.topic, self.group, self.journal)
+        observer.setup()
+        final_committed = wait_until(observer.read, 60, "the group's committed offsets")
+        observer.teardown()
+        acks = [a for w in self.writers for a in w.acks.snapshot()] + self.extra_acks
+        resumer = GroupMember("resumer", self.fleet.bootstrap, self.topic, self.group,
+                              self.journal, commits=False)
+        resumer.start()
+        wanted = {a.value for a in acks}
+        with contextlib.suppress(AssertionError):  # the checker names what is missing
+            wait_until(lambda: wanted <= self.consumed(), 120,
+                       "the group to have read every acknowledged record")
+        resumer.stop()
+        self.watcher.stop()
+        return Observations(
+            acks=acks, idempotent={"c"}, group=self.journal.snapshot(),
+            final_read=read_everything(self.fleet.bootstrap, self.topic),
+            final_committed=final_committed, states=self.watcher.states.snapshot(),
+            replicas=replicas_on_disk(self.fleet, self.topic))
+
+
+def read_everything(bootstrap: str, topic: str, timeout_s: float = 120) -> dict[int, list[Read]]:
+    """Every record of every partition, offset 0 to the high watermark (kafka-python)."""
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap.split(","), enable_auto_commit=False,
+                             group_id=None, auto_offset_reset="earliest")
+    partitions = [KafkaTopicPartition(topic, p) for p in range(PARTITIONS)]
+    consumer.assign(partitions)
+    consumer.seek_to_beginning()
+    ends = consumer.end_offsets(partitions)
+    out: dict[int, list[Read]] = {p: [] for p in range(PARTITIONS)}
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and any(
+            consumer.position(tp) < ends[tp] for tp in partitions):
+        for tp, records in consumer.poll(timeout_ms=500, max_records=5000).items():
+            out[tp.partition] += [Read(tp.partition, r.offset, r.value.decode(),
+                                       getattr(r, "leader_epoch", None)) for r in records]
+    consumer.close()
+    return out
+
+
+def replicas_on_disk(fleet: FaultFleet, topic: str) -> dict[str, dict[int, list[Batch]]]:
+    """Appliance name -> partition -> its replica's batches (from its segment files)."""
+    out: dict[str, dict[int, list[Batch]]] = {}
+    for broker_id, appliance in fleet.appliances.items():
+        partitions = {}
+        for disk in appliance.log_dirs:
+            for p in range(PARTITIONS):
+                directory = disk / f"{topic}-{p}"
+                if directory.is_dir():
+                    partitions[p] = [b for path in sorted(directory.glob("*.log"))
+                                     for b in _batches(path.read_bytes())]
+        out[f"a{broker_id}"] = partitions
+    return out
+
+
+def _batches(data: bytes):
+    pos = 0
+    while len(data) - pos >= HEADER_BYTES:
+        header = read_header(data, pos)
+        if header.batch_length == 0:
+            return
+        yield Batch(header.base_offset, header.base_offset + header.last_offset_delta,
+                    header.partition_leader_epoch, header.crc)
+        pos += header.size
