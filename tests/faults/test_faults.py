@@ -176,8 +176,10 @@ def test_partition_of_one_follower_shrinks_then_expands_the_isr(whole, workload)
     wait_until(lambda: follower in whole.state(load.topic, partition)["isr"], 90,
                f"follower {follower} to return to the ISR")
     whole.wait_whole()
-    sizes = load.watcher.isr_sizes(partition)
-    assert 2 in sizes and sizes[-1] == 3 and sizes.index(2) < len(sizes) - 1, sizes
+    # as the watch saw it: full, then without the follower, then full again
+    sizes = wait_until(lambda: (found := load.watcher.isr_sizes(partition))[-1] == 3 and found,
+                       30, "the watch to see the full ISR")
+    assert sizes[0] == 3 and 2 in sizes, sizes
     load.wait_progress(200)
     verdict(load)
 

@@ -394,7 +394,7 @@ class Workload:
             acks=acks, idempotent={"c"}, group=self.journal.snapshot(),
             final_read=read_everything(self.fleet.bootstrap, self.topic),
             final_committed=final_committed, states=self.watcher.states.snapshot(),
-            replicas=replicas_on_disk(self.fleet, self.topic))
+            replicas=settled_replicas(self.fleet, self.topic))
 
 
 def read_everything(bootstrap: str, topic: str, timeout_s: float = 120) -> dict[int, list[Read]]:
@@ -414,6 +414,20 @@ def read_everything(bootstrap: str, topic: str, timeout_s: float = 120) -> dict[
                                        getattr(r, "leader_epoch", None)) for r in records]
     consumer.close()
     return out
+
+
+def settled_replicas(fleet: FaultFleet, topic: str, timeout_s: float = 30):
+    """The replicas once two reads in a row find them the same (the writers have stopped;
+    followers may still be copying the last batches, or be in the middle of one)."""
+    previous = replicas_on_disk(fleet, topic)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        current = replicas_on_disk(fleet, topic)
+        if current == previous:
+            break
+        previous = current
+    return previous
 
 
 def replicas_on_disk(fleet: FaultFleet, topic: str) -> dict[str, dict[int, list[Batch]]]:
