@@ -34,7 +34,7 @@ from tests.faults.network import Network
 from tests.fleet.zookeeper import Ensemble
 
 SESSION_MS = 6000  # zookeeper.session.timeout.ms of every appliance
-LAG_MS = 2000  # replica.lag.time.max.ms: a cut follower leaves the ISR soon
+LAG_MS = 3000  # replica.lag.time.max.ms: a cut follower leaves the ISR soon (as tests/fleet)
 PORT = 9092
 LOG_DIRS = 2  # workers (Kafka nodes) per appliance
 CORE = (1, 2, 3)  # the appliances every test starts with
