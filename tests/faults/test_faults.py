@@ -47,7 +47,8 @@ def workload(whole):
 
 
 def verdict(load: Workload) -> None:
-    """Finish the workload and assert the checker finds nothing."""
+    """Finish the workload; assert the checker finds nothing and no appliance logged a
+    traceback since the workload began."""
     seen = load.finish()
     dump = load.fleet.workdir / f"{load.topic}.observations.json"
     # for a post-mortem
