@@ -54,17 +54,26 @@ def free_ports(count: int) -> int:
 
 
 class Appliance:
-    """An appliance run as `klog appliance run` in a child process, stopped by the test."""
+    """An appliance run as `klog appliance run` in a child process, stopped by the test.
 
-    def __init__(self, workdir: Path, *, log_dirs: int = 1, settings: dict | None = None):
+    By default it listens on 127.0.0.1 on free ports. A test that runs it elsewhere (in a
+    network namespace of its own: tests/faults) gives its `host` and `port` and the
+    `command_prefix` that puts the process there (`ip netns exec <ns>`, which execs the
+    command: the pid, the signals and the parent-death signal are the appliance's own)."""
+
+    def __init__(self, workdir: Path, *, log_dirs: int = 1, settings: dict | None = None,
+                 host: str = "127.0.0.1", port: int | None = None,
+                 command_prefix: tuple[str, ...] = ()):
         self.workdir = workdir
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.port = free_ports(log_dirs)
+        self.host = host
+        self.port = port if port is not None else free_ports(log_dirs)
+        self.command_prefix = tuple(command_prefix)
         self.log_dirs = [workdir / f"disk{i}" for i in range(log_dirs)]
         self.config = workdir / "server.properties"
         lines = {
             "broker.id": "0",
-            "listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "listeners": f"PLAINTEXT://{host}:{self.port}",
             "log.dirs": ",".join(str(d) for d in self.log_dirs),
             "num.partitions": "1",
             "log.segment.bytes": str(64 * 1024 * 1024),
@@ -77,12 +86,13 @@ class Appliance:
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def start(self, timeout_s: float = 20.0, env: dict | None = None) -> Appliance:
         self._stderr = open(self.stderr_path, "ab")  # noqa: SIM115 (open while the child runs)
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "cli.main", "appliance", "run", "--config", str(self.config)],
+            [*self.command_prefix, sys.executable, "-m", "cli.main", "appliance", "run",
+             "--config", str(self.config)],
             cwd=REPO, stdout=self._stderr, stderr=subprocess.STDOUT,
             env={**os.environ, **(env or {})}, preexec_fn=_stop_with_parent,
         )
@@ -93,16 +103,16 @@ class Appliance:
                                    + self.stderr_path.read_text()[-4000:])
             # The supervisor binds the sockets before it forks, so accepting is not enough:
             # wait until every worker reports SERVING (and its pid is known) in shm.
-            if all(self._accepts(p) for p in self.ports()) and self._all_serving():
+            if all(self._accepts(p, self.host) for p in self.ports()) and self._all_serving():
                 return self
             time.sleep(0.05)
         raise RuntimeError("appliance did not start listening:\n"
                            + self.stderr_path.read_text()[-4000:])
 
     @staticmethod
-    def _accepts(port: int) -> bool:
+    def _accepts(port: int, host: str = "127.0.0.1") -> bool:
         try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            socket.create_connection((host, port), timeout=0.2).close()
             return True
         except OSError:
             return False

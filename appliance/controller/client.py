@@ -1,14 +1,17 @@
 """The worker's end of the control channel: the `Controller` a worker holds.
 
 Requests block the worker's loop for one round trip over a Unix socket (tens of µs): they
-happen on topic creation and producer start, never on the produce or fetch path. Broadcasts
-are applied as they arrive, both while waiting for a reply and when the event loop reports
-the socket readable (`pump`). The message vocabulary is in `appliance.controller.channel`.
+happen on topic creation and producer start, never on the produce or fetch path. An ISR
+change is the exception that does not block: its answer depends on a ZooKeeper write, so it
+is sent at once and answered through a callback. Broadcasts and such answers are applied as
+they arrive, both while waiting for a reply and when the event loop reports the socket
+readable (`pump`). The message vocabulary is in `appliance.controller.channel`.
 """
 
 from __future__ import annotations
 
 import socket
+from collections.abc import Callable
 
 from appliance.controller.channel import (
     ControlChannelError,
@@ -39,6 +42,7 @@ class ControllerClient:
         self._listeners: list[TopicListener] = []
         self._reload_listeners: list[ReloadListener] = []
         self._replies: list[dict] = []
+        self._callbacks: dict[int, Callable[[dict], None]] = {}  # request id -> on_reply
         self._next_id = 0
 
     # the Controller interface ------------------------------------------------------------
@@ -75,20 +79,33 @@ class ControllerClient:
     def allocate_producer_id(self) -> int:
         return self._request({"op": "allocate_producer_id"})["producer_id"]
 
-    def alter_isr(self, topic: str, partition: int, leader_epoch: int,
-                  isr: list[int]) -> ErrorCode:
-        reply = self._request({"op": "alter_isr", "topic": topic, "partition": partition,
-                               "leader_epoch": leader_epoch, "isr": list(isr)})
-        return ErrorCode(reply["error"])
+    def alter_isr(self, topic: str, partition: int, leader_epoch: int, isr: list[int],
+                  on_done: Callable[[ErrorCode], None]) -> None:
+        self._send_request({"op": "alter_isr", "topic": topic, "partition": partition,
+                            "leader_epoch": leader_epoch, "isr": list(isr)},
+                           lambda reply: on_done(ErrorCode(reply["error"])))
 
     # plumbing ----------------------------------------------------------------------------
 
     def tell(self, message: dict) -> None:
-        """Send a message that needs no reply (e.g. `ready`)."""
+        """Send a message (a request, or `ready` that needs no reply). Whole, even on the
+        loop's non-blocking socket: a part sent alone would garble the channel."""
+        blocking = self.sock.getblocking()
+        self.sock.setblocking(True)
         try:
             self.sock.sendall(encode(message))
         except OSError as exc:
             raise ControlChannelError(f"supervisor is gone: {exc}") from None
+        finally:
+            self.sock.setblocking(blocking)
+
+    def _send_request(self, message: dict, on_reply: Callable[[dict], None]) -> None:
+        """Send a request without waiting: `on_reply(reply)` runs when its reply is read,
+        by `pump` or while a later blocking request waits for its own."""
+        self._next_id += 1
+        message["id"] = self._next_id
+        self._callbacks[self._next_id] = on_reply
+        self.tell(message)
 
     def _request(self, message: dict) -> dict:
         self._next_id += 1
@@ -139,7 +156,11 @@ class ControllerClient:
     def _apply(self, message: dict) -> None:
         op = message.get("op")
         if op == "reply":
-            self._replies.append(message)
+            callback = self._callbacks.pop(message.get("id"), None)
+            if callback is not None:
+                callback(message)
+            else:
+                self._replies.append(message)
         elif op == "catalog":
             self._topics = {t["name"]: topic_from_message(t) for t in message["topics"]}
             self.cluster_id = message["cluster_id"]

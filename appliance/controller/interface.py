@@ -55,12 +55,14 @@ class Controller(Protocol):
         """A producer id no other producer has; -1 when none can be had now (cluster mode,
         ZooKeeper unreachable): a retriable condition."""
 
-    def alter_isr(self, topic: str, partition: int, leader_epoch: int,
-                  isr: list[int]) -> ErrorCode:
+    def alter_isr(self, topic: str, partition: int, leader_epoch: int, isr: list[int],
+                  on_done: Callable[[ErrorCode], None]) -> None:
         """Cluster mode: this worker leads the partition in `leader_epoch` and asks for its ISR
-        to become `isr` (Kafka's AlterPartition). NONE once written; FENCED_LEADER_EPOCH or
-        NOT_LEADER_OR_FOLLOWER when the partition moved on meanwhile (the broadcast of its
-        new state follows); REQUEST_TIMED_OUT while ZooKeeper cannot be reached."""
+        to become `isr` (Kafka's AlterPartition). Returns at once: the answer is a ZooKeeper
+        write away, which the worker's loop must not wait for. `on_done(error)` runs when it
+        comes: NONE once written; FENCED_LEADER_EPOCH or NOT_LEADER_OR_FOLLOWER when the
+        partition moved on meanwhile (the broadcast of its new state follows);
+        REQUEST_TIMED_OUT while ZooKeeper cannot be reached."""
 
     def add_listener(self, listener: TopicListener) -> None:
         """`listener(name, info)` runs after a topic is created (info) or deleted (None)."""

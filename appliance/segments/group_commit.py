@@ -15,8 +15,10 @@ From asyncio::
 no event loop of its own.
 
 Who may call what: :meth:`request` and :meth:`statistics` from any thread; :meth:`close` once,
-from the owner. The committer calls only :meth:`PartitionLog.flush_through` (thread-safe) and
-``recovery_point`` on the logs it is given. A failed sync fails exactly the futures of that log
+from the owner. A requester may cancel its future until its round begins (an asyncio waiter
+that is cancelled does so through ``wrap_future``); the sync is made anyway. The committer
+calls only :meth:`PartitionLog.flush_through` (thread-safe) and ``recovery_point`` on the
+logs it is given. A failed sync fails exactly the futures of that log
 in that round (with the StorageError); later requests try again.
 """
 
@@ -104,6 +106,9 @@ class GroupCommitter:
                 self._sync(log, offset, futures)
 
     def _sync(self, log, offset: int, futures: list[Future]) -> None:
+        # a waiter that gave up (asyncio's wrap_future passes its cancellation on) is
+        # dropped; the others can no longer be cancelled, so resolving them cannot fail
+        futures = [f for f in futures if f.set_running_or_notify_cancel()]
         began = time.monotonic()
         try:
             durable = log.flush_through(offset)

@@ -219,8 +219,10 @@ class KafkaConnection(asyncio.Protocol):
                 if not isinstance(chunk, FileRegion):
                     self.transport.write(chunk)
                     continue
+                # no fallback: asyncio's would read the file through a seek() our descriptor
+                # lacks, and it is taken only when the socket already failed
                 sent = await loop.sendfile(self.transport, _Fd(chunk.fd), chunk.offset,
-                                           chunk.length)
+                                           chunk.length, fallback=False)
                 if sent != chunk.length:
                     # The response's size prefix promised bytes the file no longer has; the
                     # stream cannot be resynchronised, so the client must reconnect.
@@ -228,7 +230,9 @@ class KafkaConnection(asyncio.Protocol):
                               sent, chunk.length)
                     self.close()
                     return
-        except (ConnectionError, OSError) as exc:
+        except (ConnectionError, OSError, RuntimeError) as exc:
+            # RuntimeError: the transport was closing, or the first sendfile call failed (a
+            # peer that reset the connection), which asyncio reports as sendfile unavailable
             log.info("sendfile to %s failed: %s", self.peer, exc)
             self.close()
             return

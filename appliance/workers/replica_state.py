@@ -59,6 +59,7 @@ class Role:
     caught_up_at: dict[int, float] = field(default_factory=dict)
     end_at_last_fetch: dict[int, int] = field(default_factory=dict)
     isr_asked_at: float = 0.0  # monotonic time of the last ISR change asked for
+    isr_pending: bool = False  # an ISR change asked for and not answered yet
 
 
 class Replication:
@@ -302,21 +303,28 @@ class Replication:
                     self._ask_isr(key, role, tuple(r for r in role.isr if r not in lagging))
 
     def _ask_isr(self, key, role: Role, isr: tuple[int, ...]) -> None:
+        """Ask the supervisor for an ISR change without waiting for it (a ZooKeeper write):
+        one at a time per partition, again after ISR_RETRY_S if it did not happen. Waiting
+        blocked this worker's loop for every change, so followers' fetches went unserved,
+        fell behind and left the ISR in turn: after a restart, ISRs flapped for minutes."""
         now = time.monotonic()
-        if now - role.isr_asked_at < ISR_RETRY_S:
+        if role.isr_pending or now - role.isr_asked_at < ISR_RETRY_S:
             return
         role.isr_asked_at = now
-        asyncio.get_running_loop().call_soon(self._alter_isr, key, role.leader_epoch, isr)
-
-    def _alter_isr(self, key, leader_epoch: int, isr: tuple[int, ...]) -> None:
-        role = self.roles.get(key)
-        if role is None or not role.leading or role.leader_epoch != leader_epoch:
-            return
+        role.isr_pending = True
+        loop = asyncio.get_running_loop()
+        epoch = role.leader_epoch
         try:
-            error = self.worker.controller.alter_isr(key[0], key[1], leader_epoch, list(isr))
+            self.worker.controller.alter_isr(
+                key[0], key[1], epoch, list(isr),
+                lambda error: loop.call_soon(self._isr_answered, key, role, epoch, isr, error))
         except Exception as exc:  # noqa: BLE001 - the control channel; retried later
+            role.isr_pending = False
             log.warning("%s-%d: ISR change to %s failed: %s", *key, list(isr), exc)
-            return
+
+    def _isr_answered(self, key, asked: Role, leader_epoch: int, isr: tuple[int, ...],
+                      error: ErrorCode) -> None:
+        asked.isr_pending = False
         log.info("%s-%d: ISR -> %s: %s", *key, list(isr), error.name)
         role = self.roles.get(key)
         owned = self.worker.partitions.get(*key)

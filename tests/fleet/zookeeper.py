@@ -1,6 +1,10 @@
-"""A real ZooKeeper ensemble on loopback for the cluster tests: Debian's `zookeeper` package,
-three QuorumPeerMain JVMs on 127.0.0.1 with ports of their own, each stoppable on its own
-(quorum loss), all killed when the ensemble closes, even after a failed test."""
+"""A real ZooKeeper ensemble for the cluster tests: Debian's `zookeeper` package, three
+QuorumPeerMain JVMs, each stoppable on its own (quorum loss), all killed when the ensemble
+closes, even after a failed test.
+
+By default the servers share 127.0.0.1 with ports of their own. Given `hosts` (one address
+per server, each in a network namespace of its own: tests/faults), every server uses Kafka's
+usual ports on its own address, started through `command_prefix(index)`."""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
@@ -45,9 +50,9 @@ def _free_ports(count: int) -> list[int]:
             s.close()
 
 
-def four_letter(port: int, word: bytes, timeout_s: float = 1.0) -> str:
+def four_letter(port: int, word: bytes, timeout_s: float = 1.0, host: str = "127.0.0.1") -> str:
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as sock:
+        with socket.create_connection((host, port), timeout=timeout_s) as sock:
             sock.sendall(word)
             chunks = []
             while True:
@@ -63,14 +68,23 @@ def four_letter(port: int, word: bytes, timeout_s: float = 1.0) -> str:
 class Ensemble:
     """`servers` ZooKeeper servers forming one ensemble; `connect` is klog's zookeeper.connect."""
 
-    def __init__(self, workdir: Path, servers: int = 3, tick_ms: int = 500):
+    def __init__(self, workdir: Path, servers: int = 3, tick_ms: int = 500, *,
+                 hosts: list[str] | None = None,
+                 command_prefix: Callable[[int], list[str]] = lambda index: []):
         self.workdir = Path(workdir)
-        ports = _free_ports(3 * servers)
+        if hosts is None:
+            self.hosts = ["127.0.0.1"] * servers
+            ports = _free_ports(3 * servers)
+        else:
+            self.hosts = list(hosts)
+            servers = len(hosts)
+            ports = [2181] * servers + [2888, 3888] * servers
         self.client_ports = ports[:servers]
         quorum = ports[servers:]
+        self.command_prefix = command_prefix
         self.processes: dict[int, subprocess.Popen] = {}
         self.configs: dict[int, Path] = {}
-        peers = "".join(f"server.{i + 1}=127.0.0.1:{quorum[2 * i]}:{quorum[2 * i + 1]}\n"
+        peers = "".join(f"server.{i + 1}={self.hosts[i]}:{quorum[2 * i]}:{quorum[2 * i + 1]}\n"
                         for i in range(servers))
         for i in range(servers):
             data = self.workdir / f"zk{i + 1}"
@@ -79,7 +93,7 @@ class Ensemble:
             config = data / "zoo.cfg"
             config.write_text(
                 f"tickTime={tick_ms}\ninitLimit=20\nsyncLimit=10\ndataDir={data}\n"
-                f"clientPort={self.client_ports[i]}\nclientPortAddress=127.0.0.1\n"
+                f"clientPort={self.client_ports[i]}\nclientPortAddress={self.hosts[i]}\n"
                 f"maxSessionTimeout=60000\nminSessionTimeout={2 * tick_ms}\n"
                 f"admin.enableServer=false\n4lw.commands.whitelist=ruok,srvr,mntr,stat\n"
                 f"electionPortBindRetry=20\n{peers}")
@@ -87,13 +101,13 @@ class Ensemble:
 
     @property
     def connect(self) -> str:
-        return ",".join(f"127.0.0.1:{p}" for p in self.client_ports)
+        return ",".join(f"{h}:{p}" for h, p in zip(self.hosts, self.client_ports))
 
     def start(self, index: int | None = None, timeout_s: float = 60.0) -> Ensemble:
         for i in ([index] if index is not None else list(self.configs)):
             log = open(self.workdir / f"zk{i + 1}.log", "ab")  # noqa: SIM115 (the JVM holds it)
             self.processes[i] = subprocess.Popen(
-                ["java", "-Xmx96m", "-XX:+UseSerialGC", "-cp",
+                [*self.command_prefix(i), "java", "-Xmx96m", "-XX:+UseSerialGC", "-cp",
                  f"{CONF_DIR}:{ZOOKEEPER_JAR}",
                  "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(self.configs[i])],
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
@@ -103,7 +117,8 @@ class Ensemble:
 
     def serving(self) -> list[int]:
         return [i for i in self.processes
-                if "Mode:" in four_letter(self.client_ports[i], b"srvr")]
+                if "Mode:" in four_letter(self.client_ports[i], b"srvr",
+                                          host=self.hosts[i])]
 
     def wait_for_quorum(self, timeout_s: float = 60.0) -> None:
         deadline = time.monotonic() + timeout_s

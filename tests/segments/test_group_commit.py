@@ -115,6 +115,50 @@ def test_usable_from_asyncio(open_log):
         committer.request(log, 0)
 
 
+@pytest.mark.parametrize("when", ["queued", "syncing"])
+def test_a_waiter_that_gives_up_leaves_the_committer_serving(open_log, monkeypatch, when):
+    """An asyncio waiter cancelled (its client went away mid-produce or mid-commit) cancels
+    the request's future through wrap_future, before its round or while it syncs. The
+    committer skips it and goes on: resolving it anyway raised InvalidStateError and killed
+    the sync thread, so every later acks=all produce and offset commit of that worker waited
+    forever (seen in tests/faults)."""
+    log = open_log()
+    syncing, gate = threading.Event(), threading.Event()
+    real = os.fdatasync
+
+    def slow_fdatasync(fd):
+        syncing.set()
+        gate.wait(5)
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", slow_fdatasync)
+    committer = GroupCommitter()
+
+    async def give_up() -> None:
+        busy = committer.request(log, log.append(make_batch(), now_ms=0).last_offset)
+        await asyncio.get_running_loop().run_in_executor(None, syncing.wait, 5)
+        if when == "syncing":  # the round that holds it is running
+            request = busy
+        else:  # it waits for the next round
+            request = committer.request(log, log.append(make_batch(), now_ms=0).last_offset)
+        waiter = asyncio.ensure_future(asyncio.wrap_future(request))
+        await asyncio.sleep(0)
+        waiter.cancel()
+        await asyncio.sleep(0)
+        gate.set()
+        # queued: dropped; syncing: too late to cancel, it is resolved as the others
+        assert request.cancelled() == (when == "queued")
+        await asyncio.wrap_future(busy)
+
+    try:
+        asyncio.run(give_up())
+        later = committer.request(log, log.append(make_batch(), now_ms=0).last_offset)
+        assert later.result(5) == log.log_end_offset
+    finally:
+        gate.set()
+        committer.close(5)
+
+
 def test_close_serves_what_is_pending_and_closed_logs_fail(open_log):
     log = open_log()
     committer = GroupCommitter()

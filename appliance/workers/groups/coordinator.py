@@ -105,6 +105,9 @@ class GroupCoordinator:
             if result.error not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
                 raise CoordinatorError(ErrorCode.COORDINATOR_NOT_AVAILABLE, result.message)
             info = controller.topic(OFFSETS_TOPIC)
+            if info is None:  # another appliance of the fleet made it; we have not heard yet
+                raise CoordinatorError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                                       f"{OFFSETS_TOPIC} is not known here yet")
         return info
 
     def coordinator_partition(self, group_id: str):
