@@ -99,11 +99,12 @@ def produce_confluent(bootstrap: str, topic: str, count: int, config=CONFLUENT) 
     start = time.perf_counter()
     produce, poll = producer.produce, producer.poll
     for i in range(count):
-        try:
-            produce(topic, VALUE)
-        except BufferError:
-            poll(0.01)
-            produce(topic, VALUE)
+        while True:
+            try:
+                produce(topic, VALUE)
+                break
+            except BufferError:  # its queue is full (100k messages by default): wait
+                poll(0.01)
         if i % 10_000 == 0:
             poll(0)
     producer.flush(120)
