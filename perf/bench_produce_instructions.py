@@ -32,8 +32,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "perf"))
 
-import klog  # noqa: E402
 from bench_produce_defaults import raw_produce  # noqa: E402
+
+import klog  # noqa: E402
 from tests.conftest import Appliance  # noqa: E402
 
 CLIENT = """

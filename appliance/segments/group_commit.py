@@ -18,8 +18,8 @@ no event loop of its own. The produce path, which asks once per acks=all request
 ``concurrent.futures.Future`` carries a Condition, and ``wrap_future`` adds an asyncio future,
 two callbacks and a wake-up of the loop, per request; with the task and the ``gather`` around
 them that was a quarter of a worker's instructions per acks=all request (issue 14, measured
-with callgrind: 726k instructions per request before, 548k after). Requests reach the thread through a ``SimpleQueue``, whose
-``put`` wakes it in C, not through a Python-level ``Condition``.
+with callgrind: 726k instructions per request before, 548k after). Requests reach the thread
+through a ``SimpleQueue``, whose ``put`` wakes it in C, not through a Python ``Condition``.
 
 Who may call what: :meth:`request`, :meth:`request_on_loop` and :meth:`statistics` from any
 thread; :meth:`close` once, from the owner. The committer calls only
