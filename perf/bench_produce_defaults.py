@@ -1,22 +1,24 @@
 """The producer at both clients' defaults (issue 14), round after round, with its costs.
 
-klog's Producer at its defaults (acks=all, idempotent, 16 KiB batches, linger 5 ms, 5 in
-flight) and confluent-kafka's Producer at its defaults, one ``send()`` / ``produce()`` per
-200-byte message, each to a one-partition topic of the same appliance. The two alternate,
-round after round, so the machine's drift (other test suites on two cores) hits both alike;
-each round prints the ratio of its two figures, and the summary gives their range.
+klog's Producer at its defaults (acks=all, idempotent, 1 MB batches, linger 5 ms, 5 in
+flight; ``--batch-sizes`` compares others, e.g. Java's 16384) and confluent-kafka's Producer at
+its defaults, one ``send()`` / ``produce()`` per 200-byte message, each to a one-partition
+topic of the same appliance; then klog's ``send_batch`` of 50 values, same settings. The
+clients alternate, round after round, so the machine's drift (other test suites on two cores)
+hits both alike; each round prints the ratio of its two figures, and the summary their range.
 
-Beside the rates, what a Produce request costs, from the CPU clocks (blind to other
-processes' load): the worker's CPU per klog Produce request (every thread of the worker
-process, from /proc/<pid>/task/*/schedstat; requests counted as batches in the partition's
-log: klog sends one batch per partition per request), and this process's CPU per message
-(``time.process_time``: the caller's thread and the sender thread).
+Beside the rates, what a Produce request costs from the CPU clocks: the worker's CPU per klog
+Produce request (every thread of the worker process, from /proc/<pid>/task/*/schedstat;
+requests counted as batches in the partition's log: klog sends one batch per partition per
+request), and this process's CPU per message (``time.process_time``: the caller's thread and
+the sender thread). A busy VM inflates those too; ``perf/bench_produce_instructions.py``
+counts instructions instead.
 
 The broker alone (``--broker``): a raw client pipelining ready-made idempotent Produce
-requests (75 records of 200 bytes each, what klog's Producer sends at its defaults; 5 in
-flight, one connection) at acks=all and at acks=1, and the worker's CPU per request split
-into its event loop's thread and its other threads (the group commit's fdatasync): the
-broker's per-request cost, free of the client's and of the machine's load.
+requests (75 records of 200 bytes each, what klog's Producer sends with Java's 16 KiB
+batches; 5 in flight, one connection) at acks=all and at acks=1, and the worker's CPU per
+request split into its event loop's thread and its other threads (the group commit's
+fdatasync).
 
 Run: .venv/bin/python perf/bench_produce_defaults.py [--rounds N] [--messages N]
      [--batch-sizes default,16384,1000000]   (klog batch sizes to compare in each round)
@@ -72,6 +74,20 @@ def produce_klog(bootstrap: str, topic: str, count: int, **options) -> tuple[flo
         elapsed = time.perf_counter() - start
         cpu = time.process_time() - cpu
     return count / elapsed, cpu / count * 1e6
+
+
+def produce_klog_batches(bootstrap: str, topic: str, count: int, size: int = 50,
+                         **options) -> float:
+    """msg/s of ``send_batch`` calls of ``size`` values at klog's defaults plus ``options``."""
+    values = [VALUE] * size
+    with klog.Producer(bootstrap_servers=bootstrap, **options) as producer:
+        producer.send(topic, VALUE).result(30)
+        send_batch = producer.send_batch
+        start = time.perf_counter()
+        for _ in range(count // size):
+            send_batch(topic, values)
+        producer.flush()
+        return count // size * size / (time.perf_counter() - start)
 
 
 def produce_confluent(bootstrap: str, topic: str, count: int) -> float:
@@ -195,6 +211,7 @@ def bench_clients(appliance: Appliance, worker: int, rounds: int, messages: int,
             admin.create_topic(f"confluent-{n}", 1)
             for name in names:
                 admin.create_topic(f"klog-{name}-{n}", 1)
+                admin.create_topic(f"klog-{name}-{n}-batches", 1)
     rows: dict[str, list] = {name: [] for name in names}
     theirs_all = []
     for n in range(rounds):
@@ -210,11 +227,14 @@ def bench_clients(appliance: Appliance, worker: int, rounds: int, messages: int,
             worker_ns = process_cpu_ns(worker) - cpu0
             requests = max(batches_in(appliance.log_dirs[0] / f"{topic}-0") - 1, 1)
             per_request_us = worker_ns / 1000 / requests
-            rows[name].append((ours, theirs, per_request_us, messages / requests, client_us))
+            batches = produce_klog_batches(appliance.bootstrap, f"{topic}-batches", messages,
+                                           **options)
+            rows[name].append((ours, theirs, per_request_us, messages / requests, client_us,
+                               batches))
             print(f"         klog batch_size={name:<8} {ours:10,.0f} msg/s  ratio "
                   f"{ours / theirs:4.2f}  worker {per_request_us:5.0f} µs/request "
-                  f"({messages / requests:.0f} msgs)  client {client_us:4.2f} µs/msg",
-                  flush=True)
+                  f"({messages / requests:.0f} msgs)  client {client_us:4.2f} µs/msg  "
+                  f"send_batch of 50: {batches:10,.0f} msg/s", flush=True)
     print(f"\nboth clients at their defaults (klog: batch_size as shown), one partition, "
           f"200-byte values, {os.cpu_count()} cores; librdkafka "
           f"{min(theirs_all):,.0f} – {max(theirs_all):,.0f} msg/s")
@@ -224,7 +244,9 @@ def bench_clients(appliance: Appliance, worker: int, rounds: int, messages: int,
               f"{max(r[0] for r in figures):10,.0f} msg/s  ratio {min(ratios):.2f} – "
               f"{max(ratios):.2f} (median {statistics.median(ratios):.2f}; aim >= 0.5)  "
               f"worker {statistics.median(r[2] for r in figures):.0f} µs/request, client "
-              f"{statistics.median(r[4] for r in figures):.2f} µs/msg")
+              f"{statistics.median(r[4] for r in figures):.2f} µs/msg; send_batch of 50 "
+              f"{min(r[5] for r in figures):,.0f} – {max(r[5] for r in figures):,.0f} msg/s "
+              "(aim >= 1,000,000)")
 
 
 def main() -> None:
