@@ -80,13 +80,14 @@ class ProducerConfig(_Common):
     Why (issue 14, measured): with idempotence a partition has at most five batches in
     flight, and acks=all answers a batch only once it is on disk, so one partition moves at
     most five batches per round trip (an fdatasync and two hops). At 16 KiB that is 375
-    records of 200 bytes per round trip: 0.14-0.2x librdkafka at its defaults on one
-    partition, whatever the per-request costs (cutting the worker's by a third moved it by
-    ~10%). At 1 MB the same round trips carry 60 times more: 0.66-0.97x. A batch is only an
-    upper bound here (nothing is preallocated, ``linger_ms`` still sends small batches early);
-    what it changes is the largest batch a broker receives, so a topic whose
-    ``max.message.bytes`` is below it refuses full batches (MessageSizeTooLargeError, as
-    librdkafka's): set ``batch_size`` below that limit for such topics."""
+    records of 200 bytes per round trip: 0.09-0.57x librdkafka at its defaults on one
+    partition (median 0.17 of 18 rounds), whatever the per-request costs (cutting the
+    worker's by a third moved it from 0.14). At 1 MB the same round trips carry 60 times
+    more: 0.61-1.68x (median 0.76 of 16 rounds). A batch is only an upper bound here
+    (nothing is preallocated, ``linger_ms`` still sends small batches early); what it changes
+    is the largest batch a broker receives, so a topic whose ``max.message.bytes`` is below it
+    refuses full batches (MessageSizeTooLargeError, as librdkafka's): set ``batch_size`` below
+    that limit for such topics."""
 
     client_id: str = "klog-producer"
     acks: int = -1  # 0, 1, or -1 ("all")
