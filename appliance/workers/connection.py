@@ -198,6 +198,8 @@ class KafkaConnection(asyncio.Protocol):
             except Exception:
                 log.exception("cannot encode the answer to api %d v%d; closing %s",
                               request.header.api_key, request.header.api_version, self.peer)
+                if out:  # the answers before it still leave, as they did one by one
+                    self.transport.writelines(out)
                 self.close()
                 return
             if any(isinstance(c, FileRegion) for c in chunks):
