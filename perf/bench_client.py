@@ -3,14 +3,15 @@
 The paper's experiment on this machine, 200-byte messages, one client process:
 
 - first, both clients as a new user meets them (issue 14): klog's Producer at its defaults
-  (acks=all, idempotent, 16 KiB batches) and confluent-kafka's Producer at its defaults, one
+  (acks=all, idempotent, 1 MB batches) and confluent-kafka's Producer at its defaults, one
   ``send()`` / ``produce()`` per message, to a one-partition topic each, in the same run; this
   row is printed first;
 - producer, one message per ``send()`` (the paper's "batch 1"), and ``send_batch`` of 50
   (the paper's batches of 50); baseline: confluent-kafka (librdkafka) producing the same
   messages to the same appliance, one ``produce()`` each. Both clients: acks=1, linger 5 ms,
   1 MB batches, no compression (the paper had no acks; librdkafka's batch default).
-  klog is also shown with its defaults (acks=all, idempotent, 16 KiB batches).
+  klog is also shown with its defaults (acks=all, idempotent, 1 MB batches), and with Java's
+  16 KiB batches (the default before issue 14; perf/bench_produce_defaults.py says why).
 - consumer reading N messages (10 million; 1 million with --quick) from the beginning of a
   two-partition topic; baseline: confluent-kafka's consumer (``consume(10000)`` batches),
   with its prefetch queue unthrottled (``queued.min.messages`` 1M,
@@ -99,11 +100,12 @@ def produce_confluent(bootstrap: str, topic: str, count: int, config=CONFLUENT) 
     start = time.perf_counter()
     produce, poll = producer.produce, producer.poll
     for i in range(count):
-        try:
-            produce(topic, VALUE)
-        except BufferError:
-            poll(0.01)
-            produce(topic, VALUE)
+        while True:
+            try:
+                produce(topic, VALUE)
+                break
+            except BufferError:  # its queue is full (100k messages by default): wait
+                poll(0.01)
         if i % 10_000 == 0:
             poll(0)
     producer.flush(120)
@@ -202,7 +204,7 @@ def main() -> None:
         appliance.start()
         try:
             with klog.Admin(appliance.bootstrap) as admin:
-                for name in ("one", "batch", "defaults", "confluent", "consume"):
+                for name in ("one", "batch", "defaults", "java-batches", "confluent", "consume"):
                     admin.create_topic(name, 2)
                 for name in ("both-defaults-klog", "both-defaults-confluent"):
                     admin.create_topic(name, 1)
@@ -221,9 +223,12 @@ def main() -> None:
             rows.append(("produce, 1 message per send()", ours, theirs, 300_000))
             rows.append(("produce, send_batch of 50", produce_batches(bs, "batch", produce_count,
                                                                      **SAME), theirs, 1_000_000))
-            rows.append(("produce, klog defaults (acks=all, idempotent, 16 KiB)",
+            rows.append(("produce, klog defaults (acks=all, idempotent, 1 MB)",
                          produce_one_at_a_time(bs, "defaults", produce_count // 2), theirs,
                          None))
+            rows.append(("produce, klog defaults but Java's 16 KiB batches",
+                         produce_one_at_a_time(bs, "java-batches", produce_count // 2,
+                                               batch_size=16_384), theirs, None))
             fill(bs, "consume", consume_count)
             theirs = consume_confluent(bs, "consume", consume_count)
             ours = consume_klog(bs, "consume", consume_count)

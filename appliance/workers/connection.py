@@ -175,9 +175,12 @@ class KafkaConnection(asyncio.Protocol):
     # writing -----------------------------------------------------------------------------
 
     def _flush(self) -> None:
-        """Write every answered response at the head of the queue, in order."""
+        """Write every answered response at the head of the queue, in order, in one write:
+        the answers of pipelined requests that complete together (one read's acks=1
+        produces, one group commit's acks=all ones) leave in one send, not one each."""
         if self._writer is not None or self._closed:
             return
+        out: list = []
         while self._queue:
             request, result, received = self._queue[0]
             if isinstance(result, asyncio.Future):
@@ -195,12 +198,18 @@ class KafkaConnection(asyncio.Protocol):
             except Exception:
                 log.exception("cannot encode the answer to api %d v%d; closing %s",
                               request.header.api_key, request.header.api_version, self.peer)
+                if out:  # the answers before it still leave, as they did one by one
+                    self.transport.writelines(out)
                 self.close()
                 return
             if any(isinstance(c, FileRegion) for c in chunks):
+                if out:
+                    self.transport.writelines(out)
                 self._writer = asyncio.ensure_future(self._write_with_sendfile(chunks))
                 return
-            self.transport.writelines(chunks)
+            out += chunks
+        if out:
+            self.transport.writelines(out)
         self._update_reading()
 
     def _result_of(self, request, future: asyncio.Future):

@@ -63,6 +63,7 @@ class Accumulator:
         self._sticky: dict[str, ProducerBatch] = {}  # topic -> the batch keyless records join
         self.queues: dict[tuple[str, int], deque[ProducerBatch]] = {}
         self.sealed_count = 0  # batches waiting in queues
+        self.drain_start = 0  # where drain's next walk over the queues begins (fairness)
 
     # the user's side ----------------------------------------------------------------------
 

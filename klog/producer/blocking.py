@@ -34,12 +34,12 @@ log = logging.getLogger("klog.producer")
 Headers = Sequence[tuple[str, bytes | None]] | None
 
 
-_time = time.time
+_time_ns = time.time_ns  # ms by integer division: cheaper per send() than int(time() * 1000)
 _new = tuple.__new__
 
 
 def _now_ms() -> int:
-    return int(_time() * 1000)
+    return _time_ns() // 1_000_000
 
 
 class Producer:
@@ -93,7 +93,7 @@ class Producer:
             value = config.value_serializer(value)
         if key is not None and config.key_serializer is not None:
             key = config.key_serializer(key)
-        now_ms = int(_time() * 1000)
+        now_ms = _time_ns() // 1_000_000
         if timestamp_ms is None:
             timestamp_ms = now_ms
         with self._lock:

@@ -7,6 +7,11 @@ nothing for a node or batch still in its retry backoff, and the ordering rules o
 `Sequences.can_send` (a retry goes alone; five batches per partition at most). Batches are
 stamped when drained and encoded when the request body is built, which the I/O layer does
 outside any lock.
+
+Fairness: each request starts its walk over the partitions one further than the last one
+(Kafka's drain index), so when full batches fill whole requests (large ``batch_size``, or
+many busy partitions) every backlogged partition gets its turn instead of the first ones in
+the table taking every request.
 """
 
 from __future__ import annotations
@@ -28,10 +33,15 @@ def drain(accumulator: Accumulator, cluster: ClusterMetadata, sequences: Sequenc
     """Take what may be sent now; ``in_flight`` (requests per node) is updated."""
     requests = []
     limit = config.max_in_flight_requests_per_connection
+    queues = accumulator.queues
+    keys = list(queues)
     while True:
         by_node: dict[int, list[ProducerBatch]] = {}
         sizes: Counter[int] = Counter()
-        for key, queue in accumulator.queues.items():
+        start = accumulator.drain_start % len(keys) if keys else 0
+        accumulator.drain_start = start + 1
+        for key in keys[start:] + keys[:start] if start else keys:
+            queue = queues[key]
             if not queue:
                 continue
             batch = queue[0]

@@ -64,6 +64,17 @@ def check_payload(value, what: str) -> None:
                         f"{type(value).__name__} (set {what}_serializer to convert it)")
 
 
+def _explained(code: ErrorCode, message: str | None, batch: ProducerBatch,
+               batch_size: int) -> str | None:
+    """The broker's message, and for a refused batch of several records what to change: the
+    batch, not one record, went over the topic's max.message.bytes."""
+    if code != ErrorCode.MESSAGE_TOO_LARGE or batch.count < 2:
+        return message
+    hint = (f"a batch of {batch.count} records ({batch.size} bytes estimated) was refused; "
+            f"set batch_size (now {batch_size}) below the topic's max.message.bytes")
+    return f"{message}: {hint}" if message else hint
+
+
 class ProducerProtocol:
     def __init__(self, config: ProducerConfig, *, new_future: Callable[[], Any], rng=None):
         self.config = config
@@ -285,8 +296,9 @@ class ProducerProtocol:
                 retriable = code.retriable or (
                     code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
                     and self.sequences.earlier_unacked(batch))
-                error = error_for(code, part.error_message, topic=batch.topic,
-                                  partition=batch.partition, broker=broker)
+                error = error_for(code, _explained(code, part.error_message, batch,
+                                                   self.config.batch_size),
+                                  topic=batch.topic, partition=batch.partition, broker=broker)
                 self._retry_or_fail(batch, error, retriable, now_ms)
         for batch in by_key.values():  # the broker skipped it: treat as lost
             self.sequences.answered(batch)

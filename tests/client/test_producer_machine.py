@@ -227,3 +227,24 @@ def test_abort_fails_everything_unsent():
     core.abort()
     ((_, error),) = core.take_completed()
     assert isinstance(error, ClosedError)
+
+
+def test_full_requests_take_turns_between_partitions():
+    # batches as large as a request: each request carries one, and no partition may take
+    # every request while the others wait (Kafka's drain index)
+    core = make({"t": 3}, linger_ms=0, batch_size=1000, max_request_size=1000, acks=1,
+                max_in_flight_requests_per_connection=5)
+    for partition in (0, 1, 2):
+        for _ in range(4 * 9):
+            core.append("t", partition, None, VALUE, None, 1, 0)
+    outstanding = produces(core.poll(0))
+    assert len(outstanding) == 5
+    assert {request.context[0].partition for request in outstanding} == {0, 1, 2}
+    later = []
+    for _ in range(6):  # each answer frees one slot: the turns go on
+        answered = outstanding.pop(0)
+        core.on_response(answered, produce_answer(answered), 1)
+        sent = produces(core.poll(1))
+        outstanding += sent
+        later += [request.context[0].partition for request in sent]
+    assert sorted(later) == [0, 0, 1, 1, 2, 2]

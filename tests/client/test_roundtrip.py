@@ -166,6 +166,17 @@ def test_errors_name_topic_partition_and_broker(broker, topic_factory):
         dead.send("t", b"x")
 
 
+def test_a_batch_above_the_topics_limit_fails_saying_what_to_change(broker, topic_factory):
+    topic = topic_factory(1, max_message_bytes=20_000)
+    values = [b"v" * 200] * 200  # one batch of ~43 KB at the default batch_size
+    with klog.Producer(bootstrap_servers=broker.bootstrap) as producer, pytest.raises(
+            klog.MessageSizeTooLargeError, match=r"max.message.bytes.*batch of 200 records.*"
+                                                 r"set batch_size \(now 1000000\) below"):
+        producer.send_batch(topic, values).result(timeout=30)
+    with klog.Producer(bootstrap_servers=broker.bootstrap, batch_size=16_384) as producer:
+        assert len(producer.send_batch(topic, values).result(timeout=30)) == 200
+
+
 def test_position_follows_iteration_record_by_record(broker, topic_factory):
     topic = topic_factory(1)
     tp = klog.TopicPartition(topic, 0)

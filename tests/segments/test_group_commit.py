@@ -173,3 +173,100 @@ def test_close_serves_what_is_pending_and_closed_logs_fail(open_log):
 
         with pytest.raises(LogClosedError):
             committer.request(log, 5).result(5)
+
+
+def test_request_on_loop_calls_back_on_the_loop_once_per_round(open_log, monkeypatch):
+    log = open_log()
+    gate = threading.Event()
+    real = os.fdatasync
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (gate.wait(5), real(fd)))
+    wakeups = []
+
+    async def produce(committer):
+        loop = asyncio.get_running_loop()
+        real_call = loop.call_soon_threadsafe
+        monkeypatch.setattr(loop, "call_soon_threadsafe",
+                            lambda *a: (wakeups.append(a), real_call(*a))[1])
+        done = loop.create_future()
+        seen = []
+
+        def synced(outcome):
+            seen.append((outcome, threading.get_ident()))
+            if len(seen) == 10:
+                done.set_result(None)
+
+        first = log.append(make_batch(), now_ms=0)
+        assert committer.request_on_loop(log, first.last_offset, loop, synced)
+        await asyncio.sleep(0.2)  # the first round is in its fdatasync: the rest share one
+        for _ in range(9):
+            info = log.append(make_batch(), now_ms=0)
+            assert committer.request_on_loop(log, info.last_offset, loop, synced)
+        gate.set()
+        await asyncio.wait_for(done, 10)
+        assert not committer.request_on_loop(log, 3, loop, synced)  # durable already
+        return seen
+
+    with GroupCommitter() as committer:
+        seen = asyncio.run(produce(committer))
+        stats = committer.statistics()
+    assert [outcome for outcome, _ in seen] == [1] + [10] * 9
+    assert {thread for _, thread in seen} == {threading.get_ident()}
+    assert len(wakeups) == 2  # one per round, not one per request
+    assert (stats.requests, stats.immediate, stats.rounds, stats.syncs) == (11, 1, 2, 2)
+
+
+def test_request_on_loop_hands_storage_errors_to_the_callback(open_log):
+    log = open_log()
+
+    async def produce(committer):
+        loop = asyncio.get_running_loop()
+        outcomes = []
+        done = loop.create_future()
+
+        def synced(outcome):
+            outcomes.append(outcome)
+            if not done.done():
+                done.set_result(None)
+
+        faults.arm("log.flush.before_sync", OSError(errno.EIO, "injected"))
+        info = log.append(make_batch(), now_ms=0)
+        committer.request_on_loop(log, info.last_offset, loop, synced)
+        await asyncio.wait_for(done, 10)
+        done = loop.create_future()
+        committer.request_on_loop(log, info.last_offset, loop, synced)  # the next one retries
+        await asyncio.wait_for(done, 10)
+        return outcomes
+
+    with GroupCommitter() as committer:
+        first, second = asyncio.run(produce(committer))
+    assert isinstance(first, StorageError) and "EIO" in str(first)
+    assert second == 1 and log.recovery_point == 1
+
+
+def test_a_failing_callback_keeps_the_others_of_its_round(open_log, caplog):
+    log = open_log()
+
+    async def produce(committer):
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+        info = log.append(make_batch(), now_ms=0)
+        committer.request_on_loop(log, info.last_offset, loop, lambda outcome: 1 / 0)
+        committer.request_on_loop(log, info.last_offset, loop, done.set_result)
+        return await asyncio.wait_for(done, 10)
+
+    with GroupCommitter() as committer:
+        assert asyncio.run(produce(committer)) == 1
+    assert "a group commit callback failed" in caplog.text
+
+
+def test_close_refuses_callbacks_too(open_log):
+    log = open_log()
+    committer = GroupCommitter()
+    committer.close()
+    committer.close()  # idempotent
+
+    async def ask():
+        committer.request_on_loop(log, 0, asyncio.get_running_loop(), print)
+
+    with pytest.raises(RuntimeError, match="closed"):
+        asyncio.run(ask())

@@ -2,13 +2,15 @@
 
 acks=1 answers once the batches are in the log (visible to fetches); acks=all (-1) answers
 once they are also on disk, through the worker's group commit, so many producers share one
-fdatasync; acks=0 gets no response at all, as in Kafka. Idempotence checks happen in
+fdatasync (and, for a replicated partition, once its high watermark passes them); acks=0 gets
+no response at all, as in Kafka. Idempotence checks happen in
 `OwnedPartitions.append`. zstd needs Produce v7+ (KIP-110).
 """
 
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 
 from appliance.workers.connection import NO_RESPONSE
 from appliance.workers.handler_context import HandlerContext
@@ -93,16 +95,80 @@ def handle(worker: HandlerContext, request):
     result = produce.Response(responses=responses, throttle_time_ms=0)
     if not to_sync:
         return result
-    return _after_sync(worker, to_sync, result, body.timeout_ms)
-
-
-async def _after_sync(worker, to_sync, result, timeout_ms=30_000):
-    """Wait until every appended partition is on disk; a failed sync fails its partition.
-    A replicated partition also waits until its high watermark passes the batch."""
     # replicated or not as appended: a replica whose role ends while it syncs (a reassignment
     # removed it) must not answer as a single copy would, for what no other replica may hold
-    replicated = [entry for entry in to_sync
-                  if worker.replication.leader_epoch(entry[0], entry[1]) is not None]
+    replicated = _replicated(worker, to_sync)
+    if replicated:
+        return _after_sync(worker, to_sync, replicated, result, body.timeout_ms)
+    return _after_local_sync(worker, to_sync, result, body.timeout_ms)
+
+
+def _replicated(worker, to_sync) -> list:
+    return [entry for entry in to_sync
+            if worker.replication.leader_epoch(entry[0], entry[1]) is not None]
+
+
+def _sync_failed(response, error: BaseException) -> None:
+    response.error_code = int(ErrorCode.KAFKA_STORAGE_ERROR)
+    response.error_message = f"fdatasync failed: {error}"
+    response.base_offset = -1
+
+
+def _after_local_sync(worker, to_sync, result, timeout_ms):
+    """Single copies (the appliance alone): the answer once every appended partition is on
+    disk, as an asyncio future that the group committer's callbacks resolve on this loop; no
+    task, no ``concurrent.futures.Future`` and one wake-up of the loop per sync round, not per
+    request (issue 14: a quarter of a worker's instructions per acks=all request went there).
+    A partition that became replicated meanwhile still waits for its high watermark
+    (`_committed`)."""
+    loop = asyncio.get_running_loop()
+    answer = loop.create_future()
+    left = len(to_sync)
+
+    def synced(response, outcome) -> None:
+        nonlocal left
+        if isinstance(outcome, BaseException):
+            _sync_failed(response, outcome)
+        left -= 1
+        if left == 0:
+            _answer_when_committed(worker, to_sync, result, timeout_ms, answer)
+
+    for topic, index, last_offset, response in to_sync:
+        owned = worker.partitions.get(topic, index)
+        if not worker.committer.request_on_loop(owned.log, last_offset, loop,
+                                                partial(synced, response)):
+            left -= 1  # durable already
+    if left == 0:
+        _answer_when_committed(worker, to_sync, result, timeout_ms, answer)
+    return answer
+
+
+def _answer_when_committed(worker, to_sync, result, timeout_ms, answer) -> None:
+    if answer.done():  # the connection went away and cancelled it
+        return
+    replicated = _replicated(worker, to_sync)
+    if not replicated:
+        answer.set_result(result)
+        return
+
+    def relay(task) -> None:
+        if answer.done():
+            return
+        if task.cancelled():
+            answer.cancel()
+        elif task.exception() is not None:
+            answer.set_exception(task.exception())
+        else:
+            answer.set_result(task.result())
+
+    asyncio.ensure_future(_committed(worker, replicated, result, timeout_ms)).add_done_callback(
+        relay)
+
+
+async def _after_sync(worker, to_sync, replicated, result, timeout_ms=30_000):
+    """Wait until every appended partition is on disk; a failed sync fails its partition.
+    The partitions replicated when appended (`replicated`) also wait until their high
+    watermark passes the batch."""
     futures = []
     for topic, index, last_offset, response in to_sync:
         owned = worker.partitions.get(topic, index)
@@ -115,11 +181,13 @@ async def _after_sync(worker, to_sync, result, timeout_ms=30_000):
     outcomes = await asyncio.gather(*futures, return_exceptions=True)
     for (_, _, _, response), outcome in zip(to_sync, outcomes):
         if isinstance(outcome, BaseException):
-            response.error_code = int(ErrorCode.KAFKA_STORAGE_ERROR)
-            response.error_message = f"fdatasync failed: {outcome}"
-            response.base_offset = -1
-    if not replicated:  # single copies: durable on this disk is committed
-        return result
+            _sync_failed(response, outcome)
+    return await _committed(worker, replicated, result, timeout_ms)
+
+
+async def _committed(worker, replicated, result, timeout_ms):
+    """Wait until the high watermark of each replicated partition passes its appended batch
+    (NOT_LEADER_OR_FOLLOWER for one whose role ended meanwhile)."""
     committed = await asyncio.gather(*(
         worker.replication.wait_committed(topic, index, last_offset, max(timeout_ms, 0) / 1000)
         for topic, index, last_offset, _ in replicated))

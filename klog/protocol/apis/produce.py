@@ -8,6 +8,7 @@ server can still decode them and answer UNSUPPORTED_VERSION per partition.
 
 from __future__ import annotations
 
+from klog.protocol import produce_codec as _produce_codec
 from klog.protocol.fieldtypes import INT16, INT32, INT64, RECORDS, STRING, Array
 from klog.protocol.schema import Field, Message, Struct
 
@@ -73,3 +74,9 @@ def error_response(
         ])
         for topic in request.topic_data
     ])  # fmt: skip
+
+
+# v3-8, what every current client sends, have hand-compiled codecs (klog.protocol.produce_codec):
+# the interpreted ones above stay the reference they are tested against.
+_produce_codec.install(ProduceRequest, TopicProduceData, PartitionProduceData, ProduceResponse,
+                       TopicProduceResponse, PartitionProduceResponse)
