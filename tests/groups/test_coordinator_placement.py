@@ -19,7 +19,10 @@ from klog.protocol.error_codes import ErrorCode
 
 
 class RaceLost:
-    """A controller whose fleet created the topic a moment ago, unseen by this appliance."""
+    """A controller whose fleet (three appliances) created the topic a moment ago, unseen by
+    this appliance."""
+
+    fleet_nodes = {100: None, 200: None, 300: None}
 
     def topic(self, name):
         return None
@@ -30,7 +33,8 @@ class RaceLost:
 
 def test_a_coordinator_not_known_yet_is_not_available_for_now():
     config = SimpleNamespace(group_initial_rebalance_delay_ms=0, group_max_size=10,
-                             offsets_topic_num_partitions=4, offsets_topic_segment_bytes=1 << 20)
+                             offsets_topic_num_partitions=4, offsets_topic_segment_bytes=1 << 20,
+                             offsets_topic_replication_factor=3)
     coordinator = GroupCoordinator(SimpleNamespace(config=config, controller=RaceLost()))
     with pytest.raises(CoordinatorError) as raised:
         coordinator.coordinator_partition("a-group")
