@@ -277,7 +277,7 @@ class Writer(threading.Thread):
                                                                key=str(n % 101).encode())))
                 n += 1
             time.sleep(0.02)
-        self.producer.flush()
+        self.producer.close()  # flushes; a producer left open retries its brokers forever
 
     def acked(self) -> dict[bytes, tuple[int, int]]:
         """Value -> (partition, offset) of every acknowledged record."""
@@ -295,7 +295,7 @@ def test_members_joining_and_leaving_every_second_skip_nothing(appliance_factory
     topic, group = "churn", "churners"
     with klog.Admin(appliance.bootstrap) as admin:
         admin.create_topic(topic, PARTITIONS)
-    rng = random.Random()
+    rng = random.Random(1729)  # which members come and go, and when
     kinds = ["poll", "poll", "iterate", "aio"]
     everyone: list[Member] = []
 
@@ -341,6 +341,7 @@ def test_members_joining_and_leaving_every_second_skip_nothing(appliance_factory
             time.sleep(0.2)
     finally:
         writer.stopping.set()
+        writer.join(30)
         for member in live:
             member.stop()
     errors = [f"{m.name}: {m.error!r}" for m in everyone if m.error is not None]
