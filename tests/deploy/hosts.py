@@ -79,12 +79,21 @@ def _stop_pids(pids: list[int], timeout_s: float = 20) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
+def _kill_namespace(namespace: str) -> None:
+    """SIGKILL whatever still runs in a host's namespace: a container whose systemd-nspawn was
+    killed (the SIGKILL of `_stop_pids`) keeps running under PID 1, its appliance included."""
+    for pid in run("ip", "netns", "pids", namespace, check=False).stdout.split():
+        with contextlib.suppress(ProcessLookupError, ValueError):
+            os.kill(int(pid), signal.SIGKILL)
+
+
 def clean_leftovers() -> None:
     """Containers, namespaces and veths left by an earlier run that died before cleaning up."""
     _stop_pids(_nspawn_pids(), timeout_s=10)
     for line in run("ip", "netns", "list", check=False).stdout.splitlines():
         name = line.split()[0] if line.split() else ""
         if name.startswith(PREFIX):
+            _kill_namespace(name)
             run("ip", "netns", "del", name, check=False)
     for line in run("ip", "-o", "link", "show", check=False).stdout.splitlines():
         name = line.split(":")[1].strip().split("@")[0] if ":" in line else ""
@@ -204,6 +213,7 @@ class Fleet:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=5)
         for host in self.hosts:
+            _kill_namespace(host.namespace)
             run("ip", "netns", "del", host.namespace, check=False)
         run("ip", "link", "del", f"{PREFIX}ctl", check=False)
         run("ip", "netns", "del", SWITCH, check=False)

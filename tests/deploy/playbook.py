@@ -15,6 +15,15 @@ from tests.deploy.hosts import Fleet
 
 PLAYBOOK = REPO / "playbooks" / "cluster.yml"
 ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
+# the fleet's klog_appliance_properties (server.properties keys)
+PROPERTIES = {
+    "num.partitions": 3, "default.replication.factor": 3, "min.insync.replicas": 2,
+    "zookeeper.session.timeout.ms": 6000, "group.initial.rebalance.delay.ms": 0,
+    # every replica's active segment is preallocated to log.segment.bytes: at Kafka's 1 GiB
+    # the module's 20 partitions x 3 replicas took 60 GiB of the shared disk and filled it
+    # (then produce is answered KAFKA_STORAGE_ERROR, which clients retry until they time out)
+    "log.segment.bytes": 16 * 1024 * 1024, "log.index.size.max.bytes": 1024 * 1024,
+}
 RECAP = re.compile(r"^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)",
                    re.MULTILINE)
 
@@ -34,11 +43,9 @@ def inventory(fleet: Fleet, path: Path) -> Path:
              "    ansible_ssh_common_args: >-",
              "      -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null",
              "    zookeeper_heap: 96m", "    zookeeper_tick_time: 500",
-             "    klog_appliance_properties:", "      num.partitions: 3",
-             "      default.replication.factor: 3", "      min.insync.replicas: 2",
-             "      zookeeper.session.timeout.ms: 6000",
-             "      group.initial.rebalance.delay.ms: 0",
-             "  children:", "    zookeeper:", "      hosts:"]
+             "    klog_appliance_properties:"]
+    lines += [f"      {key}: {value}" for key, value in PROPERTIES.items()]
+    lines += ["  children:", "    zookeeper:", "      hosts:"]
     lines += [f"        {h.name}: {{ansible_host: {h.address}}}" for h in fleet.hosts]
     lines += ["    appliances:", "      hosts:"]
     for i, host in enumerate(fleet.hosts):
