@@ -42,6 +42,12 @@ SPARE = 4  # an appliance whose host exists but which starts only when a test sa
 ZOOKEEPERS = (1, 2, 3)
 CHROOT = "/klog-faults"
 NODES_PER_APPLIANCE = 100
+# Active segments and their indexes are preallocated (posix_fallocate): at the test
+# defaults (64 MiB + 2 x 10 MiB) the suite's eight topics and the offsets topic, three
+# replicas each, took ~14 GiB and filled the disk this machine shares (ENOSPC). A run
+# writes a few MB per topic; these sizes take ~1 GiB in all.
+SMALL_SEGMENTS = {"log.segment.bytes": str(4 << 20), "log.index.size.max.bytes": str(1 << 20),
+                  "offsets.topic.segment.bytes": str(1 << 20)}
 # tracebacks that are CPython's, not ours: (words that all appear in one)
 CPYTHON_QUIRKS = [
     # 3.11's selector transport fails the future a sendfile waits on twice when the socket
@@ -114,6 +120,7 @@ class FaultFleet:
                     "default.replication.factor": "3",
                     "min.insync.replicas": "2",
                     "group.initial.rebalance.delay.ms": "0",
+                    **SMALL_SEGMENTS,
                 })
         return self.appliances[broker_id]
 
