@@ -48,6 +48,14 @@ NODES_PER_APPLIANCE = 100
 # writes a few MB per topic; these sizes take ~1 GiB in all.
 SMALL_SEGMENTS = {"log.segment.bytes": str(4 << 20), "log.index.size.max.bytes": str(1 << 20),
                   "offsets.topic.segment.bytes": str(1 << 20)}
+# Leadership goes back to the preferred replicas (the first of each assignment) a few
+# seconds after an appliance returns, for every partition led elsewhere (Kafka's defaults,
+# 300 s and 10 % per node, would do it at a moment no test chooses, or never for the last
+# few partitions of a node): each test starts with the leaders where the assignment puts
+# them, and every return of an appliance moves leaders back under the workload.
+PREFERRED_LEADERS = {"auto.leader.rebalance.enable": "true",
+                     "leader.imbalance.check.interval.seconds": "5",
+                     "leader.imbalance.per.broker.percentage": "0"}
 # tracebacks that are CPython's, not ours: (words that all appear in one)
 CPYTHON_QUIRKS = [
     # 3.11's selector transport fails the future a sendfile waits on twice when the socket
@@ -120,7 +128,7 @@ class FaultFleet:
                     "default.replication.factor": "3",
                     "min.insync.replicas": "2",
                     "group.initial.rebalance.delay.ms": "0",
-                    **SMALL_SEGMENTS,
+                    **SMALL_SEGMENTS, **PREFERRED_LEADERS,
                 })
         return self.appliances[broker_id]
 
@@ -187,22 +195,35 @@ class FaultFleet:
                 found[topic] = len(assignment)
         return found
 
+    def assignment(self, topic: str) -> dict[int, list[int]]:
+        """Partition -> its replicas (node ids), the preferred leader first."""
+        raw = orjson.loads(self.zk.get(f"/brokers/topics/{topic}")[0])["partitions"]
+        return {int(p): replicas for p, replicas in raw.items()}
+
     def under_replicated(self) -> list[tuple[str, int]]:
         """Partitions of replicated topics whose ISR lacks a replica, or without a leader."""
         out = []
-        for topic, partitions in self.replicated_topics().items():
-            assignment = orjson.loads(self.zk.get(f"/brokers/topics/{topic}")[0])["partitions"]
-            for partition in range(partitions):
+        for topic in self.replicated_topics():
+            for partition, replicas in sorted(self.assignment(topic).items()):
                 state = self.state(topic, partition)
-                if state["leader"] < 0 or set(state["isr"]) != set(assignment[str(partition)]):
+                if state["leader"] < 0 or set(state["isr"]) != set(replicas):
                     out.append((topic, partition))
         return out
 
+    def unbalanced(self) -> list[tuple[str, int]]:
+        """Partitions of replicated topics not led by their preferred replica."""
+        return [(topic, partition) for topic in self.replicated_topics()
+                for partition, replicas in sorted(self.assignment(topic).items())
+                if self.state(topic, partition)["leader"] != replicas[0]]
+
     def wait_whole(self, timeout_s: float = 120) -> None:
-        """Every core appliance registered and every ISR whole."""
+        """Every running appliance registered, every ISR whole, and every partition led by
+        its preferred replica again (the controller's rebalance, PREFERRED_LEADERS)."""
         self.wait_registered(self.running(), timeout_s)
         wait_until(lambda: not self.under_replicated(), timeout_s,
                    "every ISR to be whole again")
+        wait_until(lambda: not self.unbalanced(), timeout_s,
+                   "every partition to be led by its preferred replica again")
 
     def log_marks(self) -> dict[int, int]:
         """Where each appliance's log ends now (for `tracebacks_since`)."""
