@@ -9,7 +9,8 @@ cuts an appliance from every server or from some, and a server can be cut from i
 the same way, as on real hosts.
 
 A fourth appliance's namespace (kflt-a4, 10.78.0.14) is made with the others but not started:
-`start(4)` brings it into the fleet, for tests that add an appliance (reassignment).
+`start_appliance(SPARE)` brings it into the fleet, for tests that add an appliance
+(reassignment); `restore` leaves it as it is.
 
 Faults: `kill` (kill -9 of the supervisor and every worker), `terminate` (SIGTERM: the
 appliance's own graceful or controlled shutdown), `pause`/`resume` (SIGSTOP/SIGCONT of every
@@ -23,13 +24,16 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import orjson
 from confluent_kafka.admin import AdminClient
 
-from tests.conftest import Appliance
+from appliance.workers.groups.offsets_log import partition_for
+from tests.conftest import REPO, Appliance
 from tests.faults.network import Network
 from tests.fleet.zookeeper import Ensemble
 
@@ -42,6 +46,8 @@ SPARE = 4  # an appliance whose host exists but which starts only when a test sa
 ZOOKEEPERS = (1, 2, 3)
 CHROOT = "/klog-faults"
 NODES_PER_APPLIANCE = 100
+OFFSETS_TOPIC = "__consumer_offsets"
+OFFSETS_PARTITIONS = 16  # offsets.topic.num.partitions (the default)
 # Active segments and their indexes are preallocated (posix_fallocate): at the test
 # defaults (64 MiB + 2 x 10 MiB) the suite's eight topics and the offsets topic, three
 # replicas each, took ~14 GiB and filled the disk this machine shares (ENOSPC). A run
@@ -128,6 +134,7 @@ class FaultFleet:
                     "default.replication.factor": "3",
                     "min.insync.replicas": "2",
                     "group.initial.rebalance.delay.ms": "0",
+                    "file.delete.delay.ms": "1000",  # a removed replica's log goes soon
                     **SMALL_SEGMENTS, **PREFERRED_LEADERS,
                 })
         return self.appliances[broker_id]
@@ -225,6 +232,11 @@ class FaultFleet:
         wait_until(lambda: not self.unbalanced(), timeout_s,
                    "every partition to be led by its preferred replica again")
 
+    def coordinator(self, group: str) -> int:
+        """The appliance coordinating `group`: the one leading its partition of the offsets
+        topic."""
+        return self.leader_appliance(OFFSETS_TOPIC, partition_for(group, OFFSETS_PARTITIONS))
+
     def log_marks(self) -> dict[int, int]:
         """Where each appliance's log ends now (for `tracebacks_since`)."""
         return {b: a.stderr_path.stat().st_size if a.stderr_path.exists() else 0
@@ -248,6 +260,20 @@ class FaultFleet:
                 if not any(all(k in block for k in known) for known in CPYTHON_QUIRKS):
                     found.append(f"a{broker_id}: {exception}")
         return found
+
+    def reassign(self, *args: str) -> subprocess.CompletedProcess:
+        """`klog cluster reassign ARGS` as an operator runs it (from the root namespace, with
+        appliance 1's config: its zookeeper.connect)."""
+        return subprocess.run(
+            [sys.executable, "-m", "cli.main", "cluster", "reassign", "--config",
+             str(self.appliance(1).config), *args], cwd=REPO, capture_output=True, text=True,
+            timeout=60)
+
+    def set_aside(self, topic: str) -> list[Path]:
+        """Logs of `topic` renamed aside for deletion (`<topic>-<p>.<id>-delete`) and not
+        removed yet."""
+        return [path for appliance in self.appliances.values() for disk in appliance.log_dirs
+                for path in disk.glob(f"{topic}-*-delete")]
 
     # faults --------------------------------------------------------------------------------
 
