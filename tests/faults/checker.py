@@ -10,7 +10,8 @@ The rules (each function below says what it takes):
 - **one record per offset**: the acknowledgements, everything the group read and the final
   read never give one (partition, offset) two values; replicas on disk agree on every batch
   they both hold (base offset, last offset, leader epoch, CRC), and a record read at an
-  offset carries the leader epoch of the batch the replicas hold there;
+  offset carries the leader epoch of the batch the replicas hold there; at the end, the
+  replicas the assignment names hold the same batches, and no other appliance holds any;
 - **order, no duplicates**: in each partition a producer's values first appear in its
   sequence order; an idempotent producer's never twice;
 - **consumed in order**: while a member owns a partition it reads consecutive offsets;
@@ -18,9 +19,9 @@ The rules (each function below says what it takes):
   leaders, never go back to an older epoch, and the epochs stamped in a replica's batches
   never go down;
 - **committed offsets survive**: the group's committed offsets, as read back over time,
-  never go down; at the end they are at least every acknowledged commit; a member assigned
-  a partition resumes at or after every commit acknowledged before, and a member joining
-  the group after the others left starts exactly at the committed offsets.
+  never go down; a member assigned a partition resumes exactly where the group's commits
+  left it, and so do the final committed offsets and a member joining the group after the
+  others left (`possible_commits` says which commits that can be).
 """
 
 from __future__ import annotations
@@ -52,8 +53,9 @@ class Read:
 @dataclass(frozen=True)
 class GroupEvent:
     """What a member did, in the order it did it (one journal for the whole group):
-    `assigned`/`revoked` a partition, `read` a record, `committed` an offset (acknowledged),
-    or the test `observed` the group's committed offset (offset) of a partition."""
+    `assigned`/`revoked` a partition, `read` a record, began `committing` an offset, which
+    was then `committed` (acknowledged) or `commit-failed` (`value` names the attempt), or
+    the test `observed` the group's committed offset (offset) of a partition."""
 
     member: str
     kind: str
@@ -91,6 +93,7 @@ class Observations:
     final_committed: dict[int, int] = field(default_factory=dict)  # after the members left
     states: list[StateSeen] = field(default_factory=list)
     replicas: dict[str, dict[int, list[Batch]]] = field(default_factory=dict)  # holder -> p
+    holders: dict[int, list[str]] = field(default_factory=dict)  # p -> the assignment's
 
 
 def parse(value: str) -> tuple[str, int]:
@@ -137,6 +140,7 @@ def one_record_per_offset(seen: Observations) -> list[str]:
     out = [f"offset {p}@{o} holds {sorted(v)}" for (p, o), v in sorted(values.items())
            if len(v) > 1]
     out += replicas_agree(seen.replicas)
+    out += replicas_match_assignment(seen.replicas, seen.holders)
     out += read_epochs_match(reads, seen.replicas)
     return out
 
@@ -153,6 +157,31 @@ def replicas_agree(replicas: dict[str, dict[int, list[Batch]]]) -> list[str]:
                 f"{sorted(holders)}: last {b.last_offset} epoch {b.leader_epoch} crc {b.crc}"
                 for b, holders in found.items())
             for (p, o), found in sorted(by_offset.items()) if len(found) > 1]
+
+
+def replicas_match_assignment(replicas: dict[str, dict[int, list[Batch]]],
+                              holders: dict[int, list[str]]) -> list[str]:
+    """Each partition's replicas, as the final assignment names them, hold the same batches
+    (the writers have stopped and the followers caught up); no other holder has a log of it
+    (a replica moved away is deleted)."""
+    out = []
+    for partition, names in sorted(holders.items()):
+        held = {name: replicas.get(name, {}).get(partition) for name in names}
+        missing = sorted(name for name, batches in held.items() if batches is None)
+        if missing:
+            out.append(f"partition {partition}: no replica on {missing}, which the "
+                       f"assignment names")
+        kinds = {tuple(b) for b in held.values() if b is not None}
+        if len(kinds) > 1:
+            out.append(f"partition {partition}: its replicas hold different batches: " + "; ".join(
+                f"{name}: {len(b)} batches ending at {b[-1].last_offset if b else -1}"
+                for name, b in sorted(held.items()) if b is not None))
+        strays = sorted(name for name, partitions in replicas.items()
+                        if partition in partitions and name not in names)
+        if strays:
+            out.append(f"partition {partition}: {strays} still hold a log of it, outside "
+                       f"the assignment {sorted(names)}")
+    return out
 
 
 def read_epochs_match(reads: list[Read], replicas) -> list[str]:
@@ -250,35 +279,69 @@ def epochs_on_disk(replicas: dict[str, dict[int, list[Batch]]]) -> list[str]:
     return out
 
 
+@dataclass
+class CommitAttempt:
+    """One offset commit of one partition, as the journal saw it: `begun` and `resolved` are
+    positions in the journal (`resolved` None while it is in flight)."""
+
+    offset: int
+    begun: int
+    resolved: int | None = None
+    acknowledged: bool = False
+
+
+def possible_commits(attempts: list[CommitAttempt]) -> set[int]:
+    """Where the group's committed offset of a partition can be, given every commit attempt
+    so far (the last landed write wins): an attempt that may have landed, unless an
+    acknowledged one began after it had ended (that one landed later, over it). Before any
+    acknowledged commit the group may have none (0: the members read from the start)."""
+    out = {a.offset for a in attempts
+           if not any(b.acknowledged and b is not a and a.resolved is not None
+                      and b.begun > a.resolved for b in attempts)}
+    if not any(a.acknowledged for a in attempts):
+        out.add(0)
+    return out
+
+
 def commits_survive(seen: Observations) -> list[str]:
     out = []
-    acknowledged: dict[int, int] = {}  # partition -> highest acknowledged commit so far
+    attempts: dict[int, dict[str, CommitAttempt]] = defaultdict(dict)  # partition -> id ->
     observed: dict[int, int] = {}
-    resuming: dict[tuple[str, int], int] = {}  # (member, partition) -> commit floor
-    for event in seen.group:
+    resuming: dict[tuple[str, int], set[int]] = {}  # (member, partition) -> where it may
+    for at, event in enumerate(seen.group):
         p = event.partition
-        if event.kind == "committed":
-            acknowledged[p] = max(acknowledged.get(p, 0), event.offset)
+        if event.kind == "committing":
+            attempts[p][event.value] = CommitAttempt(event.offset, at)
+        elif event.kind in ("committed", "commit-failed"):
+            attempt = attempts[p].setdefault(event.value or f"#{at}",
+                                             CommitAttempt(event.offset, at))
+            attempt.resolved = at
+            attempt.acknowledged = event.kind == "committed"
         elif event.kind == "observed":
             if event.offset < observed.get(p, -1):
                 out.append(f"the group's committed offset of partition {p} went back from "
                            f"{observed[p]} to {event.offset}")
             observed[p] = max(observed.get(p, -1), event.offset)
         elif event.kind == "assigned":
-            resuming[(event.member, p)] = acknowledged.get(p, 0)
+            resuming[(event.member, p)] = possible_commits(list(attempts[p].values()))
         elif event.kind == "read" and (event.member, p) in resuming:
-            floor = resuming.pop((event.member, p))
-            if event.offset < floor:
-                out.append(f"{event.member} resumed partition {p} at {event.offset}, below "
-                           f"the acknowledged commit {floor}")
+            possible = resuming.pop((event.member, p))
+            if event.offset not in possible:
+                out.append(f"{event.member} resumed partition {p} at {event.offset}; the "
+                           f"group's commits left it at {_either(possible)}")
         elif event.kind == "revoked":
             resuming.pop((event.member, p), None)
-    for p, offset in sorted(acknowledged.items()):
-        final = seen.final_committed.get(p, -1)
-        if final < offset:
-            out.append(f"the group's final committed offset of partition {p} is {final}, "
-                       f"below the acknowledged commit {offset}")
+    for p, made in sorted(attempts.items()):
+        possible = possible_commits(list(made.values()))
+        final = seen.final_committed.get(p, 0)
+        if final not in possible:
+            out.append(f"the group's final committed offset of partition {p} is {final}; its "
+                       f"commits left it at {_either(possible)}")
     return out + resumes_at_committed(seen)
+
+
+def _either(offsets: set[int]) -> str:
+    return " or ".join(str(o) for o in sorted(offsets))
 
 
 def resumes_at_committed(seen: Observations) -> list[str]:

@@ -5,8 +5,9 @@
   both write numbered values (`<producer>-<seq>`) round-robin over the partitions at a
   steady rate, and record each acknowledgement (partition, offset) and each error;
 - `GroupMember`: a confluent-kafka consumer in the group, reading and committing what it
-  read (synchronously, every half second), recording assignments, reads and acknowledged
-  commits in the group's journal;
+  read (synchronously, every half second), recording assignments, reads and commits (each
+  attempt as it starts, then acknowledged or failed) in the group's journal; a test can hold
+  its commits for a while (`holding`);
 - `CommitObserver`: reads the group's committed offsets back every second.
 """
 
@@ -183,6 +184,9 @@ class GroupMember(_Loop):
         self.position: dict[int, int] = {}  # owned partition -> next offset to commit
         self.committed: dict[int, int] = {}
         self._last_commit = 0.0
+        self._attempts = 0
+        self.holding = threading.Event()  # set by a test: commit nothing until it is cleared
+        self.held = threading.Event()  # set here once holding and no commit is in flight
 
     def setup(self) -> None:
         self.consumer = Consumer({
@@ -212,27 +216,50 @@ class GroupMember(_Loop):
             self.journal.add(GroupEvent(self.member, "read", p, message.offset(),
                                         message.value().decode(), epoch))
             self.position[p] = message.offset() + 1
-        if self.commits and time.monotonic() - self._last_commit >= COMMIT_INTERVAL_S:
+        if self.holding.is_set():
+            self.held.set()
+        elif self.commits and time.monotonic() - self._last_commit >= COMMIT_INTERVAL_S:
             self.commit()
 
+    def hold(self) -> None:
+        """Commit nothing from now on (the commit in flight, if any, ends first)."""
+        self.holding.set()
+
+    def release(self) -> None:
+        self.held.clear()
+        self.holding.clear()
+
     def commit(self) -> None:
+        """Commit the positions that moved. The journal has each attempt (`committing`, its
+        id in `value`) before it is sent, then `committed` or `commit-failed` with the same
+        id: a failed attempt may still have landed."""
         self._last_commit = time.monotonic()
         pending = [TopicPartition(self.topic, p, o) for p, o in self.position.items()
                    if self.committed.get(p) != o]
         if not pending:
             return
+        self._attempts += 1
+        attempt = f"{self.member}#{self._attempts}"
+        for tp in pending:
+            self.journal.add(GroupEvent(self.member, "committing", tp.partition, tp.offset,
+                                        attempt))
         try:
-            done = self.consumer.commit(offsets=pending, asynchronous=False)
+            done = self.consumer.commit(offsets=pending, asynchronous=False) or []
         except KafkaException:
-            return  # not acknowledged: it may or may not have landed
-        for tp in done or []:
-            if tp.error is None and tp.partition in self.position:
-                self.committed[tp.partition] = tp.offset
+            done = []
+        acknowledged = {tp.partition for tp in done if tp.error is None}
+        for tp in pending:
+            if tp.partition in acknowledged:
+                if tp.partition in self.position:
+                    self.committed[tp.partition] = tp.offset
                 self.journal.add(GroupEvent(self.member, "committed", tp.partition,
-                                            tp.offset))
+                                            tp.offset, attempt))
+            else:
+                self.journal.add(GroupEvent(self.member, "commit-failed", tp.partition,
+                                            tp.offset, attempt))
 
     def teardown(self) -> None:
-        if self.commits and not self.aborting:
+        if self.commits and not self.aborting and not self.holding.is_set():
             self.commit()
         self.consumer.close()
 

@@ -9,7 +9,8 @@ cuts an appliance from every server or from some, and a server can be cut from i
 the same way, as on real hosts.
 
 A fourth appliance's namespace (kflt-a4, 10.78.0.14) is made with the others but not started:
-`start(4)` brings it into the fleet, for tests that add an appliance (reassignment).
+`start_appliance(SPARE)` brings it into the fleet, for tests that add an appliance
+(reassignment); `restore` leaves it as it is.
 
 Faults: `kill` (kill -9 of the supervisor and every worker), `terminate` (SIGTERM: the
 appliance's own graceful or controlled shutdown), `pause`/`resume` (SIGSTOP/SIGCONT of every
@@ -23,13 +24,16 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import orjson
 from confluent_kafka.admin import AdminClient
 
-from tests.conftest import Appliance
+from appliance.workers.groups.offsets_log import partition_for
+from tests.conftest import REPO, Appliance
 from tests.faults.network import Network
 from tests.fleet.zookeeper import Ensemble
 
@@ -42,6 +46,22 @@ SPARE = 4  # an appliance whose host exists but which starts only when a test sa
 ZOOKEEPERS = (1, 2, 3)
 CHROOT = "/klog-faults"
 NODES_PER_APPLIANCE = 100
+OFFSETS_TOPIC = "__consumer_offsets"
+OFFSETS_PARTITIONS = 16  # offsets.topic.num.partitions (the default)
+# Active segments and their indexes are preallocated (posix_fallocate): at the test
+# defaults (64 MiB + 2 x 10 MiB) the suite's eight topics and the offsets topic, three
+# replicas each, took ~14 GiB and filled the disk this machine shares (ENOSPC). A run
+# writes a few MB per topic; these sizes take ~1 GiB in all.
+SMALL_SEGMENTS = {"log.segment.bytes": str(4 << 20), "log.index.size.max.bytes": str(1 << 20),
+                  "offsets.topic.segment.bytes": str(1 << 20)}
+# Leadership goes back to the preferred replicas (the first of each assignment) a few
+# seconds after an appliance returns, for every partition led elsewhere (Kafka's defaults,
+# 300 s and 10 % per node, would do it at a moment no test chooses, or never for the last
+# few partitions of a node): each test starts with the leaders where the assignment puts
+# them, and every return of an appliance moves leaders back under the workload.
+PREFERRED_LEADERS = {"auto.leader.rebalance.enable": "true",
+                     "leader.imbalance.check.interval.seconds": "5",
+                     "leader.imbalance.per.broker.percentage": "0"}
 # tracebacks that are CPython's, not ours: (words that all appear in one)
 CPYTHON_QUIRKS = [
     # 3.11's selector transport fails the future a sendfile waits on twice when the socket
@@ -114,6 +134,8 @@ class FaultFleet:
                     "default.replication.factor": "3",
                     "min.insync.replicas": "2",
                     "group.initial.rebalance.delay.ms": "0",
+                    "file.delete.delay.ms": "1000",  # a removed replica's log goes soon
+                    **SMALL_SEGMENTS, **PREFERRED_LEADERS,
                 })
         return self.appliances[broker_id]
 
@@ -180,22 +202,40 @@ class FaultFleet:
                 found[topic] = len(assignment)
         return found
 
+    def assignment(self, topic: str) -> dict[int, list[int]]:
+        """Partition -> its replicas (node ids), the preferred leader first."""
+        raw = orjson.loads(self.zk.get(f"/brokers/topics/{topic}")[0])["partitions"]
+        return {int(p): replicas for p, replicas in raw.items()}
+
     def under_replicated(self) -> list[tuple[str, int]]:
         """Partitions of replicated topics whose ISR lacks a replica, or without a leader."""
         out = []
-        for topic, partitions in self.replicated_topics().items():
-            assignment = orjson.loads(self.zk.get(f"/brokers/topics/{topic}")[0])["partitions"]
-            for partition in range(partitions):
+        for topic in self.replicated_topics():
+            for partition, replicas in sorted(self.assignment(topic).items()):
                 state = self.state(topic, partition)
-                if state["leader"] < 0 or set(state["isr"]) != set(assignment[str(partition)]):
+                if state["leader"] < 0 or set(state["isr"]) != set(replicas):
                     out.append((topic, partition))
         return out
 
+    def unbalanced(self) -> list[tuple[str, int]]:
+        """Partitions of replicated topics not led by their preferred replica."""
+        return [(topic, partition) for topic in self.replicated_topics()
+                for partition, replicas in sorted(self.assignment(topic).items())
+                if self.state(topic, partition)["leader"] != replicas[0]]
+
     def wait_whole(self, timeout_s: float = 120) -> None:
-        """Every core appliance registered and every ISR whole."""
+        """Every running appliance registered, every ISR whole, and every partition led by
+        its preferred replica again (the controller's rebalance, PREFERRED_LEADERS)."""
         self.wait_registered(self.running(), timeout_s)
         wait_until(lambda: not self.under_replicated(), timeout_s,
                    "every ISR to be whole again")
+        wait_until(lambda: not self.unbalanced(), timeout_s,
+                   "every partition to be led by its preferred replica again")
+
+    def coordinator(self, group: str) -> int:
+        """The appliance coordinating `group`: the one leading its partition of the offsets
+        topic."""
+        return self.leader_appliance(OFFSETS_TOPIC, partition_for(group, OFFSETS_PARTITIONS))
 
     def log_marks(self) -> dict[int, int]:
         """Where each appliance's log ends now (for `tracebacks_since`)."""
@@ -220,6 +260,20 @@ class FaultFleet:
                 if not any(all(k in block for k in known) for known in CPYTHON_QUIRKS):
                     found.append(f"a{broker_id}: {exception}")
         return found
+
+    def reassign(self, *args: str) -> subprocess.CompletedProcess:
+        """`klog cluster reassign ARGS` as an operator runs it (from the root namespace, with
+        appliance 1's config: its zookeeper.connect)."""
+        return subprocess.run(
+            [sys.executable, "-m", "cli.main", "cluster", "reassign", "--config",
+             str(self.appliance(1).config), *args], cwd=REPO, capture_output=True, text=True,
+            timeout=60)
+
+    def set_aside(self, topic: str) -> list[Path]:
+        """Logs of `topic` renamed aside for deletion (`<topic>-<p>.<id>-delete`) and not
+        removed yet."""
+        return [path for appliance in self.appliances.values() for disk in appliance.log_dirs
+                for path in disk.glob(f"{topic}-*-delete")]
 
     # faults --------------------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ from tests.faults.checker import (
     one_leader_per_epoch,
     one_record_per_offset,
     order,
+    replicas_match_assignment,
 )
 
 
@@ -111,6 +112,20 @@ def test_a_member_skips_or_goes_back_while_it_owns_a_partition():
     assert consumed_in_order(events) == ["m1 read 0@2 right after 0@0"]
 
 
+def test_the_assigned_replicas_hold_the_same_batches_and_no_other_holds_any():
+    held = [Batch(0, 1, 0, 11), Batch(2, 3, 0, 12)]
+    replicas = {"a1": {0: held}, "a2": {0: held}, "a4": {0: held}, "a3": {}}
+    assert replicas_match_assignment(replicas, {0: ["a4", "a1", "a2"]}) == []
+    assert replicas_match_assignment(replicas, {0: ["a4", "a1", "a3"]}) == [
+        "partition 0: no replica on ['a3'], which the assignment names",
+        "partition 0: ['a2'] still hold a log of it, outside the assignment "
+        "['a1', 'a3', 'a4']"]
+    replicas["a4"] = {0: held[:1]}  # a new replica that has not copied everything
+    assert replicas_match_assignment(replicas, {0: ["a4", "a1", "a2"]}) == [
+        "partition 0: its replicas hold different batches: a1: 2 batches ending at 3; "
+        "a2: 2 batches ending at 3; a4: 1 batches ending at 1"]
+
+
 def test_two_leaders_in_one_epoch_or_an_epoch_going_back():
     states = [StateSeen(0, 0, 101, 0, (101,)), StateSeen(0, 1, 201, 0, (201,)),
               StateSeen(0, 2, 301, 2, (301,)), StateSeen(0, 3, 301, 1, (301,))]
@@ -126,21 +141,73 @@ def test_epochs_and_offsets_on_disk_only_go_up():
         "a1 partition 0: batch at 5 follows one ending at 3"]
 
 
+def commit(member: str, partition: int, offset: int, attempt: str, *, acked: bool = True):
+    """A commit attempt's two journal events."""
+    return [GroupEvent(member, "committing", partition, offset, attempt),
+            GroupEvent(member, "committed" if acked else "commit-failed", partition, offset,
+                       attempt)]
+
+
 def test_committed_offsets_go_back_or_are_lost():
     seen = clean()
     seen.group += [GroupEvent("observer", "observed", 0, 3)]
     seen.final_committed = {0: 2}
     assert commits_survive(seen) == [
         "the group's committed offset of partition 0 went back from 4 to 3",
-        "the group's final committed offset of partition 0 is 2, below the acknowledged "
-        "commit 4"]
+        "the group's final committed offset of partition 0 is 2; its commits left it at 4"]
 
 
-def test_a_member_resumes_below_an_acknowledged_commit():
+def test_a_member_resumes_elsewhere_than_the_last_commit():
     seen = clean()
     seen.group += [GroupEvent("m2", "assigned", 0), group_read("m2", 0, 2, "c-1")]
     assert commits_survive(seen) == [
-        "m2 resumed partition 0 at 2, below the acknowledged commit 4"]
+        "m2 resumed partition 0 at 2; the group's commits left it at 4"]
+    seen = clean()  # above the last commit: records read but never committed are skipped
+    seen.group += [GroupEvent("m2", "assigned", 0), group_read("m2", 0, 5, "c-2")]
+    assert commits_survive(seen) == [
+        "m2 resumed partition 0 at 5; the group's commits left it at 4"]
+
+
+def test_before_any_commit_a_member_starts_at_the_beginning():
+    seen = clean()
+    seen.group = [GroupEvent("m1", "assigned", 1), group_read("m1", 1, 0, "c-9")]
+    seen.final_committed = {0: 4}
+    assert commits_survive(seen) == []
+    seen.group = [GroupEvent("m1", "assigned", 1), group_read("m1", 1, 3, "c-9")]
+    assert commits_survive(seen) == [
+        "m1 resumed partition 1 at 3; the group's commits left it at 0"]
+
+
+def test_a_failed_or_unanswered_commit_may_have_landed():
+    seen = clean()  # m1 committed 4 (acknowledged)
+    seen.group += commit("m1", 0, 6, "m1#2", acked=False)
+    seen.group += [GroupEvent("m2", "assigned", 0), group_read("m2", 0, 6, "c-3")]
+    assert commits_survive(seen) == []  # the failed commit landed
+    seen.group += [GroupEvent("m2", "revoked", 0), GroupEvent("m3", "assigned", 0),
+                   group_read("m3", 0, 4, "c-2")]
+    assert commits_survive(seen) == []  # or it did not
+    # still in flight when another member was assigned the partition: either
+    seen = clean()
+    seen.group += [GroupEvent("m1", "committing", 0, 7, "m1#2"),
+                   GroupEvent("m2", "assigned", 0), group_read("m2", 0, 7, "c-3")]
+    assert commits_survive(seen) == []
+
+
+def test_an_acknowledged_commit_that_began_later_wins():
+    seen = clean()
+    seen.group += commit("m1", 0, 6, "m1#2", acked=False) + commit("m1", 0, 8, "m1#3")
+    seen.group += [GroupEvent("m2", "assigned", 0), group_read("m2", 0, 6, "c-3")]
+    seen.final_committed = {0: 8}
+    assert commits_survive(seen) == [
+        "m2 resumed partition 0 at 6; the group's commits left it at 8"]
+    # two attempts in flight together: either may have landed last
+    seen = clean()
+    seen.group += [GroupEvent("m1", "committing", 0, 6, "m1#2"),
+                   GroupEvent("m2", "committing", 0, 5, "m2#1")]
+    seen.group += [GroupEvent("m2", "committed", 0, 5, "m2#1"),
+                   GroupEvent("m1", "committed", 0, 6, "m1#2")]
+    seen.final_committed = {0: 5}
+    assert commits_survive(seen) == []
 
 
 def test_the_resumer_starts_where_the_group_left_off():
@@ -149,4 +216,5 @@ def test_the_resumer_starts_where_the_group_left_off():
     assert commits_survive(seen) == []
     seen.final_committed = {0: 5}
     assert commits_survive(seen) == [
+        "the group's final committed offset of partition 0 is 5; its commits left it at 4",
         "the resumer started partition 0 at 4, the group had committed 5"]

@@ -24,7 +24,14 @@ from kafka import KafkaConsumer
 from kafka import TopicPartition as KafkaTopicPartition
 
 from klog.protocol.record_batch import HEADER_BYTES, read_header
-from tests.faults.checker import Ack, Batch, Observations, Read, StateSeen
+from tests.faults.checker import (
+    Ack,
+    Batch,
+    Observations,
+    Read,
+    StateSeen,
+    replicas_match_assignment,
+)
 from tests.faults.clients import (
     PARTITIONS,
     CommitObserver,
@@ -34,7 +41,7 @@ from tests.faults.clients import (
     KafkaPythonWriter,
     Writer,
 )
-from tests.faults.fleet import FaultFleet, wait_until
+from tests.faults.fleet import NODES_PER_APPLIANCE, FaultFleet, wait_until
 
 CONFLUENT_RATE = 150  # records per second
 KAFKA_PYTHON_RATE = 40
@@ -101,6 +108,40 @@ class Workload:
         self.wait_progress(300)
         return self
 
+    def hold_commits(self, timeout_s: float = 60) -> int:
+        """Every member stops committing once its commit in flight, if any, has ended; the
+        journal's length then (what happens from there on)."""
+        for member in self.members:
+            member.hold()
+        for member in self.members:
+            wait_until(member.held.is_set, timeout_s, f"{member.member} to hold its commits")
+        return len(self.journal.snapshot())
+
+    def release_commits(self) -> None:
+        for member in self.members:
+            member.release()
+
+    def join(self, name: str) -> GroupMember:
+        """Another member joins the group (and stays until `finish`): a rebalance."""
+        member = GroupMember(name, self.fleet.bootstrap, self.topic, self.group, self.journal)
+        self.members.append(member)
+        member.start()
+        return member
+
+    def resumed_since(self, mark: int) -> set[int]:
+        """The partitions that a member was assigned after journal position `mark` and has
+        read since: where the checker sees whether it resumed at the group's commits."""
+        assigned, out = set(), set()
+        for event in self.journal.snapshot()[mark:]:
+            key = (event.member, event.partition)
+            if event.kind == "assigned":
+                assigned.add(key)
+            elif event.kind == "revoked":
+                assigned.discard(key)
+            elif event.kind == "read" and key in assigned:
+                out.add(event.partition)
+        return out
+
     def acked(self) -> int:
         return sum(len(w.acks.items) for w in self.writers)
 
@@ -114,16 +155,49 @@ class Workload:
         wait_until(lambda: self.acked() >= target, timeout_s,
                    f"{count} more acknowledgements")
         if read:
-            values = {a.value for w in self.writers for a in w.acks.snapshot()}
-            wait_until(lambda: values <= self.consumed(), timeout_s,
-                       "the group to read what was acknowledged")
+            acks = [a for w in self.writers for a in w.acks.snapshot()]
+            values = {a.value for a in acks}
+            try:
+                wait_until(lambda: values <= self.consumed(), timeout_s,
+                           "the group to read what was acknowledged")
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}: {self.unread(acks)}") from None
+
+    def unread(self, acks: list[Ack]) -> str:
+        """What the group has not read of `acks`, and where each member of it is: for the
+        message of a test that fails waiting for the group."""
+        consumed = self.consumed()
+        missing = sorted((a.partition, a.offset, a.value) for a in acks
+                         if a.value not in consumed)
+        owners: dict[int, str] = {}
+        last: dict[int, int] = {}
+        for event in self.journal.snapshot():
+            if event.kind == "assigned":
+                owners[event.partition] = event.member
+            elif event.kind == "revoked" and owners.get(event.partition) == event.member:
+                owners.pop(event.partition)
+            elif event.kind == "read":
+                last[event.partition] = event.offset
+        by_partition = {}
+        for p, offset, value in missing:
+            by_partition.setdefault(p, []).append(f"{value}@{offset}")
+        return "; ".join(
+            f"partition {p} (owner {owners.get(p, 'none')}, last read at {last.get(p)}): "
+            f"{len(found)} unread from {', '.join(found[:3])}"
+            for p, found in sorted(by_partition.items()))
 
     def abort(self) -> None:
-        """After a failed test: stop every thread of the workload without waiting long."""
+        """After a failed test: stop every thread of the workload without waiting long, and
+        keep what it observed (`<topic>.aborted.json` in the fleet's directory)."""
         self.watcher.stop()
         for thread in (*self.writers, *self.members, self.observer):
             if thread.is_alive():
                 thread.abort()
+        seen = Observations(acks=[a for w in self.writers for a in w.acks.snapshot()],
+                            group=self.journal.snapshot(),
+                            states=self.watcher.states.snapshot())
+        (self.fleet.workdir / f"{self.topic}.aborted.json").write_bytes(orjson.dumps(
+            seen, default=sorted, option=orjson.OPT_NON_STR_KEYS))
 
     def errors(self) -> list[str]:
         return [e for w in self.writers for e in w.errors.snapshot()]
@@ -152,11 +226,13 @@ class Workload:
                        "the group to have read every acknowledged record")
         resumer.stop()
         self.watcher.stop()
+        holders = {p: [f"a{r // NODES_PER_APPLIANCE}" for r in replicas]
+                   for p, replicas in self.fleet.assignment(self.topic).items()}
         return Observations(
             acks=acks, idempotent={"c"}, group=self.journal.snapshot(),
             final_read=read_everything(self.fleet.bootstrap, self.topic),
             final_committed=final_committed, states=self.watcher.states.snapshot(),
-            replicas=settled_replicas(self.fleet, self.topic))
+            replicas=settled_replicas(self.fleet, self.topic, holders), holders=holders)
 
 
 def read_everything(bootstrap: str, topic: str, timeout_s: float = 120) -> dict[int, list[Read]]:
@@ -178,15 +254,18 @@ def read_everything(bootstrap: str, topic: str, timeout_s: float = 120) -> dict[
     return out
 
 
-def settled_replicas(fleet: FaultFleet, topic: str, timeout_s: float = 30):
-    """The replicas once two reads in a row find them the same (the writers have stopped;
-    followers may still be copying the last batches, or be in the middle of one)."""
+def settled_replicas(fleet: FaultFleet, topic: str, holders: dict[int, list[str]],
+                     timeout_s: float = 60):
+    """The replicas once those the assignment names hold the same batches and no other
+    appliance holds any, read twice in a row (the writers have stopped; followers may still
+    be copying the last batches, or be in the middle of one, and a replica moved away may
+    not be deleted yet); or as they are after `timeout_s`, for the checker to name."""
     previous = replicas_on_disk(fleet, topic)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         time.sleep(0.5)
         current = replicas_on_disk(fleet, topic)
-        if current == previous:
+        if current == previous and not replicas_match_assignment(current, holders):
             break
         previous = current
     return previous
