@@ -209,6 +209,19 @@ class Session:
             return tx.commit_async()
         return self._retrying(commit, "multi")
 
+    def transactions(self, builds: list[Callable[[object], None]]) -> list:
+        """Commit one multi per `build`, pipelined on the connection (one round trip for
+        all, not one each); each multi's results, as `transaction` returns them. A multi
+        stands alone: ZooKeeper applies or refuses each one whole, in the order given."""
+        def commit_all():
+            pending = []
+            for build in builds:
+                tx = self.client.transaction()
+                build(tx)
+                pending.append(tx.commit_async())
+            return _Gathered(pending)
+        return self._retrying(commit_all, "multi") if builds else []
+
     def _retrying(self, start: Callable, what: str):
         deadline = time.monotonic() + self.request_timeout_s
         while True:
