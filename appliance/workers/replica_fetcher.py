@@ -29,12 +29,11 @@ a partition the leader refuses is retried the same way. Nothing here raises to t
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
 from appliance.segments.errors import CorruptRecordError, StorageError
+from appliance.workers.replica_link import ReplicaLink
 from klog.protocol.apis import fetch, offset_for_leader_epoch
-from klog.protocol.client import NEED_DATA, ClientConnection
 from klog.protocol.error_codes import ErrorCode
 from klog.protocol.exceptions import ProtocolError
 from klog.protocol.record_batch import CorruptBatchError, scan_batches
@@ -86,8 +85,7 @@ class ReplicaFetcher:
                 await asyncio.sleep(RETRY_S)
                 continue
             try:
-                reader, writer = await asyncio.wait_for(
-                    asyncio.open_connection(node.host, node.port), 10)
+                link = await ReplicaLink.open(node.host, node.port, self.worker.node_id)
             except (OSError, TimeoutError) as exc:
                 if not failing:  # once per outage: the leader's node may take a while to go
                     log.info("replica fetcher to %d: cannot connect: %s", self.leader, exc)
@@ -96,14 +94,11 @@ class ReplicaFetcher:
                 continue
             failing = False
             try:
-                await self._session(_Link(reader, writer, self.worker.node_id))
-            except (OSError, ProtocolError, ConnectionError, asyncio.IncompleteReadError,
-                    TimeoutError) as exc:
+                await self._session(link)
+            except (OSError, ProtocolError, ConnectionError, TimeoutError) as exc:
                 log.info("replica fetcher to %d: %s; reconnecting", self.leader, exc)
             finally:
-                writer.close()
-                with contextlib.suppress(Exception):
-                    await writer.wait_closed()
+                await link.close()
             await asyncio.sleep(RETRY_S)
 
     async def _session(self, link) -> None:
@@ -214,9 +209,8 @@ class ReplicaFetcher:
                 self._compare_again(key)
             log.info("%s-%d: leader %d answered %s", *key, self.leader, error.name)
             return False
-        records = part.records
+        records = part.records  # a view of the response's own buffer (replica_link.py)
         if records:
-            records = bytes(records) if not isinstance(records, bytes | bytearray) else records
             try:
                 headers = [h for _, h in scan_batches(records, verify_crc=False)]
                 if headers and headers[0].base_offset != owned.log.log_end_offset:
@@ -286,24 +280,3 @@ def truncation_offset(plog, ours: int, leader_epoch: int, end_offset: int) -> in
         target = end_offset
     return min(target, plog.log_end_offset)
 
-
-class _Link:
-    """One connection to the leader: a request, then its response (nothing pipelined)."""
-
-    def __init__(self, reader, writer, node_id: int):
-        self.reader = reader
-        self.writer = writer
-        self.connection = ClientConnection(client_id=f"klog-replica-{node_id}")
-
-    async def ask(self, api_key: int, version: int, body, *, timeout_s: float = 30):
-        _, data = self.connection.send_request(api_key, version, body)
-        self.writer.write(data)
-        await self.writer.drain()
-        while True:
-            answer = self.connection.next_response()
-            if answer is not NEED_DATA:
-                return answer[1]
-            chunk = await asyncio.wait_for(self.reader.read(1 << 20), timeout_s)
-            if not chunk:
-                raise ConnectionError("the leader closed the connection")
-            self.connection.receive_data(chunk)
