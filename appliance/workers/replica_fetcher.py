@@ -21,9 +21,15 @@ log start (away while the leader deleted what it would fetch next) is answered
 OFFSET_OUT_OF_RANGE: it restarts its log empty at the leader's log start (Kafka's
 truncateFullyAndStartAt) and copies from there.
 
-Errors: a lost connection, a leader that does not lead yet (its supervisor has not heard of
-the controller's decision) or a decode error close the connection and retry after a pause;
-a partition the leader refuses is retried the same way. Nothing here raises to the loop.
+The partitions to truncate are asked about in one OffsetForLeaderEpoch request, and every
+partition ready is fetched in one Fetch: a leader change of many partitions costs one round
+trip of each, not one per partition.
+
+Errors: a lost connection or a decode error close the connection and retry after RETRY_S. A
+partition the leader refuses (usually a leader that does not lead yet: its supervisor has
+not heard of the controller's decision, which reaches every appliance at about the same
+time) is asked again after RETRY_MIN_S, then after pauses doubling up to RETRY_S. Nothing
+here raises to the loop.
 """
 
 from __future__ import annotations
@@ -44,7 +50,8 @@ FETCH_VERSION = 11
 EPOCH_VERSION = 3
 MAX_WAIT_MS = 500
 PARTITION_MAX_BYTES = 1024 * 1024
-RETRY_S = 0.3
+RETRY_S = 0.3  # the longest pause after a refusal or a lost connection
+RETRY_MIN_S = 0.02  # the first pause after a refusal
 
 
 class ReplicaFetcher:
@@ -55,6 +62,7 @@ class ReplicaFetcher:
         # (topic, index) -> the leader epoch it follows in, and whether it still needs truncating
         self.partitions: dict[tuple[str, int], list] = {}
         self._wake = asyncio.Event()
+        self._retry_s = RETRY_MIN_S
         self._task = asyncio.ensure_future(self._run())
 
     @property
@@ -103,45 +111,69 @@ class ReplicaFetcher:
 
     async def _session(self, link) -> None:
         while self.partitions:
-            for key, entry in list(self.partitions.items()):
-                if entry[1]:
-                    await self._truncate(link, key, entry)
+            pending = [(key, entry) for key, entry in self.partitions.items() if entry[1]]
+            refused = await self._truncate(link, pending) if pending else False
             wanted = [(key, entry[0]) for key, entry in self.partitions.items()
                       if not entry[1]]
-            if not wanted:
-                await asyncio.sleep(RETRY_S)
-                continue
-            refused = await self._fetch(link, wanted)
-            if refused:
-                await asyncio.sleep(RETRY_S)
+            if wanted:
+                refused = await self._fetch(link, wanted) or refused
+            if refused or not wanted:
+                await self._pause()
+            else:
+                self._retry_s = RETRY_MIN_S
+
+    async def _pause(self) -> None:
+        """After a refusal: a leader just elected is usually told within milliseconds of us,
+        so ask again soon, then less and less often (up to RETRY_S)."""
+        await asyncio.sleep(self._retry_s)
+        self._retry_s = min(self._retry_s * 2, RETRY_S)
 
     # truncation --------------------------------------------------------------------------
 
-    async def _truncate(self, link, key, entry) -> None:
-        leader_epoch = entry[0]
-        owned = self.replication.following(key, self.leader, leader_epoch)
-        if owned is None:
-            self.partitions.pop(key, None)
-            return
-        plog = owned.log
-        ours = plog.leader_epochs.latest_epoch
-        if ours < 0 and plog.log_end_offset == plog.log_start_offset:
-            entry[1] = False  # an empty log: nothing to compare
-            return
-        request = offset_for_leader_epoch.Request(replica_id=self.worker.node_id, topics=[
-            offset_for_leader_epoch.OffsetForLeaderTopic(topic=key[0], partitions=[
+    async def _truncate(self, link, pending) -> bool:
+        """Truncate each partition of `pending` by the leader's OffsetForLeaderEpoch answer,
+        one request for all of them; True if the leader refused some."""
+        asks = {}
+        for key, entry in pending:
+            owned = self.replication.following(key, self.leader, entry[0])
+            if owned is None:
+                self.partitions.pop(key, None)
+                continue
+            plog = owned.log
+            ours = plog.leader_epochs.latest_epoch
+            if ours < 0 and plog.log_end_offset == plog.log_start_offset:
+                entry[1] = False  # an empty log: nothing to compare
+                continue
+            asks[key] = (entry, ours)
+        if not asks:
+            return False
+        by_topic: dict[str, list] = {}
+        for (topic, index), (entry, ours) in asks.items():
+            by_topic.setdefault(topic, []).append(
                 offset_for_leader_epoch.OffsetForLeaderPartition(
-                    partition=key[1], current_leader_epoch=leader_epoch, leader_epoch=ours)])])
+                    partition=index, current_leader_epoch=entry[0], leader_epoch=ours))
+        request = offset_for_leader_epoch.Request(replica_id=self.worker.node_id, topics=[
+            offset_for_leader_epoch.OffsetForLeaderTopic(topic=t, partitions=p)
+            for t, p in by_topic.items()])
         response = await link.ask(offset_for_leader_epoch.SPEC.key, EPOCH_VERSION, request)
-        answer = response.topics[0].partitions[0]
+        refused = False
+        for topic in response.topics:
+            for answer in topic.partitions:
+                key = (topic.topic, answer.partition)
+                if key in asks:
+                    refused |= not self._cut(key, *asks.pop(key), answer)
+        return refused or bool(asks)  # a partition the answer left out is asked again
+
+    def _cut(self, key, entry, ours: int, answer) -> bool:
+        """Cut our log where the leader's answer says (module docstring); False if refused."""
         if answer.error_code != ErrorCode.NONE:
             log.info("%s-%d: leader %d refused OffsetForLeaderEpoch: %s", *key, self.leader,
                      ErrorCode(answer.error_code).name)
-            await asyncio.sleep(RETRY_S)
-            return
-        owned = self.replication.following(key, self.leader, leader_epoch)
+            return False
+        owned = self.replication.following(key, self.leader, entry[0])
         if owned is None:
-            return
+            return True  # no longer ours to follow here
+        plog = owned.log
         target = truncation_offset(plog, ours, answer.leader_epoch, answer.end_offset)
         if target < plog.log_end_offset:
             log.warning("%s-%d: truncating from %d to %d (our epoch %d, leader's answer: "
@@ -151,10 +183,10 @@ class ReplicaFetcher:
                 plog.truncate_to(target, now_ms=self.worker.now_ms())
             except StorageError as exc:
                 log.error("%s-%d: truncation failed: %s", *key, exc)
-                await asyncio.sleep(RETRY_S)
-                return
+                return False
             self.replication.truncated(key, owned)
         entry[1] = False
+        return True
 
     # fetching ----------------------------------------------------------------------------
 
