@@ -28,13 +28,16 @@ trip of each, not one per partition.
 Errors: a lost connection or a decode error close the connection and retry after RETRY_S. A
 partition the leader refuses (usually a leader that does not lead yet: its supervisor has
 not heard of the controller's decision, which reaches every appliance at about the same
-time) is asked again after RETRY_MIN_S, then after pauses doubling up to RETRY_S. Nothing
-here raises to the loop.
+time) is left out of the requests for RETRY_MIN_S, then for pauses doubling up to RETRY_S,
+while the fetcher's other partitions go on: one refused partition must not hold the high
+watermark (so acks=all writes and group commits) of the others. Nothing here raises to the
+loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 
 from appliance.segments.errors import CorruptRecordError, StorageError
@@ -54,15 +57,34 @@ RETRY_S = 0.3  # the longest pause after a refusal or a lost connection
 RETRY_MIN_S = 0.02  # the first pause after a refusal
 
 
+class Followed:
+    """A partition a fetcher copies: the leader epoch it follows in, whether it must truncate
+    before its next fetch, and its own pause after the leader refused it (the others of the
+    fetcher go on meanwhile)."""
+
+    __slots__ = ("leader_epoch", "truncate", "retry_s", "ready_at")
+
+    def __init__(self, leader_epoch: int):
+        self.leader_epoch = leader_epoch
+        self.truncate = True
+        self.retry_s = RETRY_MIN_S
+        self.ready_at = 0.0  # loop time before which it is left out of requests
+
+    def refused(self, now: float) -> None:
+        self.ready_at = now + self.retry_s
+        self.retry_s = min(self.retry_s * 2, RETRY_S)
+
+    def answered(self) -> None:
+        self.retry_s = RETRY_MIN_S
+
+
 class ReplicaFetcher:
     def __init__(self, replication, leader: int):
         self.replication = replication
         self.worker = replication.worker
         self.leader = leader
-        # (topic, index) -> the leader epoch it follows in, and whether it still needs truncating
-        self.partitions: dict[tuple[str, int], list] = {}
+        self.partitions: dict[tuple[str, int], Followed] = {}
         self._wake = asyncio.Event()
-        self._retry_s = RETRY_MIN_S
         self._task = asyncio.ensure_future(self._run())
 
     @property
@@ -70,7 +92,7 @@ class ReplicaFetcher:
         return not self.partitions
 
     def add(self, key, leader_epoch: int) -> None:
-        self.partitions[key] = [leader_epoch, True]
+        self.partitions[key] = Followed(leader_epoch)
         self._wake.set()
 
     def remove(self, key) -> None:
@@ -110,67 +132,75 @@ class ReplicaFetcher:
             await asyncio.sleep(RETRY_S)
 
     async def _session(self, link) -> None:
+        loop = asyncio.get_running_loop()
         while self.partitions:
-            pending = [(key, entry) for key, entry in self.partitions.items() if entry[1]]
-            refused = await self._truncate(link, pending) if pending else False
-            wanted = [(key, entry[0]) for key, entry in self.partitions.items()
-                      if not entry[1]]
+            now = loop.time()
+            ready = [(key, f) for key, f in self.partitions.items() if f.ready_at <= now]
+            if not ready:  # each was refused lately: wait for the first due, or a new one
+                self._wake.clear()
+                due = min(f.ready_at for f in self.partitions.values())
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), due - now)
+                continue
+            pending = [(key, f) for key, f in ready if f.truncate]
+            if pending:
+                await self._truncate(link, pending)
+            wanted = [(key, f) for key, f in ready
+                      if not f.truncate and self.partitions.get(key) is f]
             if wanted:
-                refused = await self._fetch(link, wanted) or refused
-            if refused or not wanted:
-                await self._pause()
-            else:
-                self._retry_s = RETRY_MIN_S
+                await self._fetch(link, wanted)
 
-    async def _pause(self) -> None:
-        """After a refusal: a leader just elected is usually told within milliseconds of us,
-        so ask again soon, then less and less often (up to RETRY_S)."""
-        await asyncio.sleep(self._retry_s)
-        self._retry_s = min(self._retry_s * 2, RETRY_S)
+    def _refused(self, key, followed: Followed) -> None:
+        """The leader refused `key` (usually a leader that does not lead yet: told within
+        milliseconds of us): leave it out of requests for a pause, doubling each time."""
+        followed.refused(asyncio.get_running_loop().time())
 
     # truncation --------------------------------------------------------------------------
 
-    async def _truncate(self, link, pending) -> bool:
+    async def _truncate(self, link, pending) -> None:
         """Truncate each partition of `pending` by the leader's OffsetForLeaderEpoch answer,
-        one request for all of them; True if the leader refused some."""
+        one request for all of them."""
         asks = {}
-        for key, entry in pending:
-            owned = self.replication.following(key, self.leader, entry[0])
+        for key, followed in pending:
+            owned = self.replication.following(key, self.leader, followed.leader_epoch)
             if owned is None:
                 self.partitions.pop(key, None)
                 continue
             plog = owned.log
             ours = plog.leader_epochs.latest_epoch
             if ours < 0 and plog.log_end_offset == plog.log_start_offset:
-                entry[1] = False  # an empty log: nothing to compare
+                followed.truncate = False  # an empty log: nothing to compare
                 continue
-            asks[key] = (entry, ours)
+            asks[key] = (followed, ours)
         if not asks:
-            return False
+            return
         by_topic: dict[str, list] = {}
-        for (topic, index), (entry, ours) in asks.items():
+        for (topic, index), (followed, ours) in asks.items():
             by_topic.setdefault(topic, []).append(
                 offset_for_leader_epoch.OffsetForLeaderPartition(
-                    partition=index, current_leader_epoch=entry[0], leader_epoch=ours))
+                    partition=index, current_leader_epoch=followed.leader_epoch,
+                    leader_epoch=ours))
         request = offset_for_leader_epoch.Request(replica_id=self.worker.node_id, topics=[
             offset_for_leader_epoch.OffsetForLeaderTopic(topic=t, partitions=p)
             for t, p in by_topic.items()])
         response = await link.ask(offset_for_leader_epoch.SPEC.key, EPOCH_VERSION, request)
-        refused = False
         for topic in response.topics:
             for answer in topic.partitions:
                 key = (topic.topic, answer.partition)
                 if key in asks:
-                    refused |= not self._cut(key, *asks.pop(key), answer)
-        return refused or bool(asks)  # a partition the answer left out is asked again
+                    followed, ours = asks.pop(key)
+                    if not self._cut(key, followed, ours, answer):
+                        self._refused(key, followed)
+        for key, (followed, _) in asks.items():  # left out of the answer: asked again
+            self._refused(key, followed)
 
-    def _cut(self, key, entry, ours: int, answer) -> bool:
+    def _cut(self, key, followed: Followed, ours: int, answer) -> bool:
         """Cut our log where the leader's answer says (module docstring); False if refused."""
         if answer.error_code != ErrorCode.NONE:
             log.info("%s-%d: leader %d refused OffsetForLeaderEpoch: %s", *key, self.leader,
                      ErrorCode(answer.error_code).name)
             return False
-        owned = self.replication.following(key, self.leader, entry[0])
+        owned = self.replication.following(key, self.leader, followed.leader_epoch)
         if owned is None:
             return True  # no longer ours to follow here
         plog = owned.log
@@ -185,17 +215,18 @@ class ReplicaFetcher:
                 log.error("%s-%d: truncation failed: %s", *key, exc)
                 return False
             self.replication.truncated(key, owned)
-        entry[1] = False
+        followed.truncate = False
         return True
 
     # fetching ----------------------------------------------------------------------------
 
-    async def _fetch(self, link, wanted) -> bool:
-        """One Fetch for every partition ready; True if the leader refused some."""
+    async def _fetch(self, link, wanted) -> None:
+        """One Fetch for every partition ready."""
         by_topic: dict[str, list] = {}
         throttle = self.worker.follower_throttle  # a reassignment's (replication_throttle.py)
         limits, throttled = throttle.limits([key for key, _ in wanted], PARTITION_MAX_BYTES)
-        for (topic, index), leader_epoch in wanted:
+        for (topic, index), followed in wanted:
+            leader_epoch = followed.leader_epoch
             owned = self.replication.following((topic, index), self.leader, leader_epoch)
             if owned is None:
                 self.partitions.pop((topic, index), None)
@@ -209,7 +240,7 @@ class ReplicaFetcher:
         if not by_topic:
             if throttled:
                 await asyncio.sleep(throttle.delay_s())
-            return False
+            return
         request = fetch.Request(
             replica_id=self.worker.node_id, max_wait_ms=MAX_WAIT_MS, min_bytes=1,
             max_bytes=16 * PARTITION_MAX_BYTES, isolation_level=0, session_id=0,
@@ -218,19 +249,24 @@ class ReplicaFetcher:
             forgotten_topics_data=[], rack_id="")
         response = await link.ask(fetch.SPEC.key, FETCH_VERSION, request,
                                   timeout_s=MAX_WAIT_MS / 1000 + 30)
-        refused = False
-        epochs = dict(wanted)
+        asked = dict(wanted)
         for topic in response.responses:
             for part in topic.partitions:
                 key = (topic.topic, part.partition_index)
+                followed = asked.get(key)
+                if followed is None:
+                    continue  # not asked for: nothing to take
                 if key in throttled and part.records:
                     throttle.spend(len(part.records))
-                refused |= not self._take(key, epochs.get(key), part)
-        return refused
+                if self._take(key, followed.leader_epoch, part):
+                    followed.answered()
+                else:
+                    self._refused(key, followed)
 
-    def _take(self, key, leader_epoch, part) -> bool:
+    def _take(self, key, leader_epoch: int, part) -> bool:
+        """Append what the leader answered for `key`; False if it refused (or we could not)."""
         owned = self.replication.following(key, self.leader, leader_epoch)
-        if owned is None or leader_epoch is None:
+        if owned is None:
             return True
         if part.error_code != ErrorCode.NONE:
             error = ErrorCode(part.error_code)
@@ -293,9 +329,9 @@ class ReplicaFetcher:
 
     def _compare_again(self, key) -> None:
         """Truncate by the leader's epochs again before the next fetch of `key`."""
-        entry = self.partitions.get(key)
-        if entry is not None:
-            entry[1] = True
+        followed = self.partitions.get(key)
+        if followed is not None:
+            followed.truncate = True
 
 
 def truncation_offset(plog, ours: int, leader_epoch: int, end_offset: int) -> int:
