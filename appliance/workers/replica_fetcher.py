@@ -85,6 +85,8 @@ class ReplicaFetcher:
         self.leader = leader
         self.partitions: dict[tuple[str, int], Followed] = {}
         self._wake = asyncio.Event()
+        self._polling: ReplicaLink | None = None  # while a Fetch waits at the leader
+        self._interrupted = False
         self._task = asyncio.ensure_future(self._run())
 
     @property
@@ -92,8 +94,15 @@ class ReplicaFetcher:
         return not self.partitions
 
     def add(self, key, leader_epoch: int) -> None:
+        """Follow `key` from this leader in `leader_epoch`. A Fetch waiting at the leader
+        without it (up to MAX_WAIT_MS) is dropped with its connection, so that the new
+        partition is truncated and fetched now: a leader just elected holds its high
+        watermark, and every acks=all write, until each follower in its ISR has fetched."""
         self.partitions[key] = Followed(leader_epoch)
         self._wake.set()
+        if self._polling is not None:
+            self._interrupted = True
+            self._polling.abort()
 
     def remove(self, key) -> None:
         self.partitions.pop(key, None)
@@ -126,9 +135,13 @@ class ReplicaFetcher:
             try:
                 await self._session(link)
             except (OSError, ProtocolError, ConnectionError, TimeoutError) as exc:
-                log.info("replica fetcher to %d: %s; reconnecting", self.leader, exc)
+                if not self._interrupted:
+                    log.info("replica fetcher to %d: %s; reconnecting", self.leader, exc)
             finally:
                 await link.close()
+            if self._interrupted:  # dropped on purpose (`add`): reconnect at once
+                self._interrupted = False
+                continue
             await asyncio.sleep(RETRY_S)
 
     async def _session(self, link) -> None:
@@ -247,8 +260,12 @@ class ReplicaFetcher:
             session_epoch=-1, topics=[fetch.FetchTopic(topic=t, partitions=p)
                                       for t, p in by_topic.items()],
             forgotten_topics_data=[], rack_id="")
-        response = await link.ask(fetch.SPEC.key, FETCH_VERSION, request,
-                                  timeout_s=MAX_WAIT_MS / 1000 + 30)
+        self._polling = link
+        try:
+            response = await link.ask(fetch.SPEC.key, FETCH_VERSION, request,
+                                      timeout_s=MAX_WAIT_MS / 1000 + 30)
+        finally:
+            self._polling = None
         asked = dict(wanted)
         for topic in response.responses:
             for part in topic.partitions:

@@ -109,6 +109,11 @@ class ReplicaLink:
         frame = await asyncio.wait_for(self.frames.next_frame(), timeout_s)
         return self.connection.response_of(memoryview(frame))[1]
 
+    def abort(self) -> None:
+        """Drop the connection now, a response in flight with it: `ask` raises
+        ConnectionError."""
+        self.transport.abort()
+
     async def close(self) -> None:
         self.transport.close()
         with contextlib.suppress(Exception):

@@ -1,6 +1,7 @@
 """A follower's fetcher (appliance/workers/replica_fetcher.py) against a scripted leader: a
 partition the leader refuses is left out of the requests for its pause while the fetcher's
-other partitions go on being copied (one refusal must not hold the others' high watermark)."""
+other partitions go on being copied (one refusal must not hold the others' high watermark);
+a partition added while a Fetch waits at the leader does not wait for that Fetch."""
 
 from __future__ import annotations
 
@@ -23,9 +24,12 @@ COPIED, REFUSED = ("copied", 0), ("refused", 0)
 
 
 class Leader:
-    """Answers Fetch: a fresh batch at the asked offset of COPIED, NOT_LEADER for REFUSED."""
+    """Answers Fetch: a fresh batch at the asked offset of COPIED, NOT_LEADER for REFUSED.
+    `hold_alone`: a Fetch of COPIED alone, after its first, is held (never answered), as a
+    long poll waiting for appends."""
 
-    def __init__(self):
+    def __init__(self, hold_alone: bool = False):
+        self.hold_alone = hold_alone
         self.asked: list[set] = []  # the partitions of each Fetch
 
     async def serve(self, reader, writer):
@@ -33,6 +37,11 @@ class Leader:
         while data := await reader.read(65536):
             server.receive_data(data)
             while (request := server.next_request()) is not NEED_DATA:
+                if self.hold_alone and self.asked and {
+                        (t.topic, p.partition) for t in request.body.topics
+                        for p in t.partitions} == {COPIED}:
+                    self.asked.append({COPIED})
+                    continue  # held: this connection answers nothing more
                 writer.write(join_chunks(server.encode_response(request, self.answer(
                     request.body))))
 
@@ -43,9 +52,8 @@ class Leader:
             fetch.FetchableTopicResponse(topic=topic, partitions=[self.partition(topic, p)])
             for topic, p in parts])
 
-    @staticmethod
-    def partition(topic, asked):
-        refused = (topic, asked.partition) == REFUSED
+    def partition(self, topic, asked):
+        refused = (topic, asked.partition) == REFUSED and not self.hold_alone
         batch = build_batch([(1000, None, b"v", [])])
         if not refused:  # a batch at the follower's log end, stamped with the leader's epoch
             batch = bytearray(batch)
@@ -105,3 +113,28 @@ def test_a_refused_partition_waits_its_pause_while_the_others_are_copied(tmp_pat
     asked, refused_end = asyncio.run(run())
     assert asked[0] == {COPIED, REFUSED} and refused_end == 0
     assert len(asked) >= 5 and all(fetched == {COPIED} for fetched in asked[1:])
+
+
+def test_a_partition_added_while_a_fetch_waits_at_the_leader_is_fetched_without_it(tmp_path):
+    async def run():
+        leader = Leader(hold_alone=True)
+        server = await asyncio.start_server(leader.serve, "127.0.0.1", 0)
+        replication = Replication(tmp_path, server.sockets[0].getsockname()[1])
+        fetcher = ReplicaFetcher(replication, LEADER)
+        fetcher.add(COPIED, EPOCH)
+        try:
+            while len(leader.asked) < 2:  # the first answered, the second held
+                await asyncio.sleep(0.01)
+            fetcher.add(REFUSED, EPOCH)  # (answered here: the leader holds no more)
+            deadline = asyncio.get_running_loop().time() + 20  # the held Fetch is never answered
+            while replication.logs[REFUSED].log_end_offset == 0:
+                assert asyncio.get_running_loop().time() < deadline, leader.asked
+                await asyncio.sleep(0.01)
+        finally:
+            fetcher.stop()
+            server.close()
+            for plog in replication.logs.values():
+                plog.close()
+        return leader.asked
+    asked = asyncio.run(run())
+    assert asked[:2] == [{COPIED}, {COPIED}] and {COPIED, REFUSED} in asked[2:]
