@@ -82,14 +82,33 @@ class FencedWriter:
         def fenced(tx):
             tx.check(znodes.CONTROLLER_EPOCH, self.election.epoch_version)
             build(tx)
-        results = self.session.transaction(fenced)
-        if isinstance(results[0], BadVersionError | NoNodeError):
-            raise Fenced(f"controller epoch {self.election.epoch} is no longer current")
-        # the op that failed; the ones before it were rolled back, the ones after not tried
-        failed = next((r for r in results if isinstance(r, Exception)
-                       and not isinstance(r, RolledBackError | RuntimeInconsistency)), None)
+        failed = self._failure(self.session.transaction(fenced))
         if failed is not None:
             raise failed
+
+    def write_many(self, builds: list) -> list[Exception | None]:
+        """`write` for each of `builds`, pipelined (`Session.transactions`): per build, None
+        or the error it met (BadVersion, NoNode, NodeExists). Fenced if any was fenced."""
+        def fenced(build):
+            def guarded(tx):
+                tx.check(znodes.CONTROLLER_EPOCH, self.election.epoch_version)
+                build(tx)
+            return guarded
+        errors = [self._failure(results) for results in
+                  self.session.transactions([fenced(build) for build in builds])]
+        for error in errors:
+            if isinstance(error, Fenced):
+                raise error
+        return errors
+
+    def _failure(self, results) -> Exception | None:
+        if isinstance(results, Exception):  # the multi as a whole failed (kazoo's own error)
+            return results
+        if isinstance(results[0], BadVersionError | NoNodeError):
+            return Fenced(f"controller epoch {self.election.epoch} is no longer current")
+        # the op that failed; the ones before it were rolled back, the ones after not tried
+        return next((r for r in results if isinstance(r, Exception)
+                     and not isinstance(r, RolledBackError | RuntimeInconsistency)), None)
 
 
 def reconcile(writer: FencedWriter, snapshot: FleetSnapshot, *,
@@ -101,6 +120,7 @@ def reconcile(writer: FencedWriter, snapshot: FleetSnapshot, *,
     writes = 0
     for name in sorted(snapshot.deleting):
         writes += _delete_topic(writer, snapshot.topics.get(name), name)
+    settled = []  # (path, new state, version): one pipelined round trip for all of them
     for name, topic in sorted(snapshot.topics.items()):
         if name in snapshot.deleting:
             continue
@@ -110,9 +130,26 @@ def reconcile(writer: FencedWriter, snapshot: FleetSnapshot, *,
         unclean = unclean_enabled(topic.config, unclean_default)
         for partition, replicas in sorted(topic.replicas.items()):
             if partition in topic.states:
-                writes += _settle_partition(writer, topic, partition, replicas, live, shutting,
-                                            unclean)
+                change = _settle_partition(writer, topic, partition, replicas, live,
+                                           shutting, unclean)
+                if change is not None:
+                    settled.append(change)
+    writes += sum(1 for error in write_states(writer, settled) if error is None)
     return writes + advance_reassignments(writer, snapshot)
+
+
+def write_states(writer: FencedWriter, changes: list) -> list[Exception | None]:
+    """Write partition states `(path, state, expected version)`, each a fenced conditional
+    set, all pipelined (one round trip); per change None, or the error of one that changed
+    meanwhile (left for the next pass). Fenced if we were deposed."""
+    errors = writer.write_many([
+        lambda tx, p=path, s=state, v=version: tx.set_data(p, s.encode(), version=v)
+        for path, state, version in changes])
+    for (path, _, _), error in zip(changes, errors):
+        if error is not None:
+            log.info("%s changed meanwhile (%s); the next pass sees it", path,
+                     type(error).__name__)
+    return errors
 
 
 def _create_states(writer: FencedWriter, topic: TopicState, partitions: list[int],
@@ -141,13 +178,14 @@ def _create_states(writer: FencedWriter, topic: TopicState, partitions: list[int
 
 def _settle_partition(writer: FencedWriter, topic: TopicState, partition: int,
                       replicas: tuple[int, ...], live: set[int], shutting: set[int],
-                      unclean: bool) -> int:
+                      unclean: bool) -> tuple[str, znodes.PartitionState, int] | None:
+    """The state write that settles the partition (logged), or None."""
     path = znodes.state_path(topic.name, partition)
     state, version = topic.states[partition]
     change = settle(state, replicas, live=live, shutting=shutting, unclean=unclean,
                     controller_epoch=writer.election.epoch)
     if change is None:
-        return 0
+        return None
     new = change.state
     if change.reason == UNCLEAN:
         log.warning("%s-%d: UNCLEAN leader election: no in-sync replica of %s is live, so "
@@ -156,7 +194,7 @@ def _settle_partition(writer: FencedWriter, topic: TopicState, partition: int,
                     list(state.isr), new.leader, new.leader_epoch)
     log.info("%s-%d: leader %d -> %d (epoch %d), isr %s: %s", topic.name, partition,
              state.leader, new.leader, new.leader_epoch, list(new.isr), change.reason)
-    return _write(writer, lambda tx: tx.set_data(path, new.encode(), version=version), path)
+    return path, new, version
 
 
 def _write(writer: FencedWriter, build, path: str) -> int:

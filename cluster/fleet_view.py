@@ -3,9 +3,12 @@ assignments, partition states and configs, the controller and its epoch, pending
 appliances asking for a controlled shutdown, a requested preferred-replica election, the
 pending reassignment request and the nodes' dynamic configs (replication throttles).
 
-Every read arms a watch (`watch`), so any change anywhere re-runs the reader's owner; the
-owner re-reads everything (level-triggered, like a reconcile loop), which stays cheap for a
-fleet of a few appliances and a few hundred partitions, and can never miss an edge.
+Every read arms a watch, so any change anywhere re-runs the reader's owner, which then
+builds the whole snapshot again (level-triggered, like a reconcile loop: every decision is
+taken on a whole view, never on an edge). The member reads through `WatchedReads`, which
+asks ZooKeeper only for the nodes whose watch fired since (watched_reads.py says why that is
+as good as reading them again); `read_fleet` reads everything afresh (admin requests, the
+command line).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from dataclasses import dataclass, field
 
 from cluster import znodes
 from cluster.session import NoNodeError, Session
+from cluster.watched_reads import DirectReads
 
 log = logging.getLogger(__name__)
 
@@ -61,31 +65,36 @@ class FleetSnapshot:
         return load
 
 
-def _children(session: Session, path: str, watch) -> list[str]:
+def _children(reads, path: str) -> list[str]:
     try:
-        return session.call("get_children", path, watch=watch)
+        return reads.children(path)
     except NoNodeError:
         return []
 
 
 def read_fleet(session: Session, watch) -> FleetSnapshot:
-    """One consistent-enough pass over the fleet's znodes, in a few pipelined round trips
-    (lists, then the nodes they name, then every partition's state). Raises
+    """A fresh read of every node (watched with `watch` when given). Raises
     ZooKeeperUnavailable."""
-    broker_ids = [int(c) for c in _children(session, znodes.BROKER_IDS, watch)]
-    appliance_ids = [int(c) for c in _children(session, znodes.APPLIANCES, watch)]
-    names = _children(session, znodes.TOPICS, watch)
-    deleting = frozenset(_children(session, znodes.DELETE_TOPICS, watch))
-    shutting_down = frozenset(int(c) for c in _children(session, znodes.CONTROLLED_SHUTDOWN,
-                                                        watch))
-    # unwatched, in the same pipelined batch (no round trip of their own): a reassignment
-    # request or a throttle is seen by the next pass, within PASS_INTERVAL_S
-    unwatched = ([znodes.broker_path(b) for b in broker_ids] +
-                 [znodes.appliance_path(a) for a in appliance_ids] +
-                 [znodes.topic_config_path(n) for n in names] +
-                 [znodes.broker_config_path(b) for b in broker_ids] +
-                 [znodes.REASSIGN_PARTITIONS])
-    found = iter(session.get_many(unwatched))
+    return read_snapshot(DirectReads(session, watch))
+
+
+def read_snapshot(reads) -> FleetSnapshot:
+    """One consistent-enough pass over the fleet's znodes through `reads` (`DirectReads` or
+    `WatchedReads`), in a few pipelined round trips at most (lists, then the nodes they
+    name, then every partition's state). Raises ZooKeeperUnavailable."""
+    broker_ids = [int(c) for c in _children(reads, znodes.BROKER_IDS)]
+    appliance_ids = [int(c) for c in _children(reads, znodes.APPLIANCES)]
+    names = _children(reads, znodes.TOPICS)
+    deleting = frozenset(_children(reads, znodes.DELETE_TOPICS))
+    shutting_down = frozenset(int(c) for c in _children(reads, znodes.CONTROLLED_SHUTDOWN))
+    paths = ([znodes.broker_path(b) for b in broker_ids] +
+             [znodes.appliance_path(a) for a in appliance_ids] +
+             [znodes.topic_config_path(n) for n in names] +
+             [znodes.broker_config_path(b) for b in broker_ids] +
+             [znodes.REASSIGN_PARTITIONS, znodes.CONTROLLER, znodes.CONTROLLER_EPOCH,
+              znodes.PREFERRED_REPLICA_ELECTION] +
+             [znodes.topic_path(n) for n in names])
+    found = iter(reads.get_many(paths))
     brokers = {}
     for broker_id in broker_ids:
         if (got := next(found)) is not None:
@@ -99,10 +108,8 @@ def read_fleet(session: Session, watch) -> FleetSnapshot:
     configs = {name: got for name in names if (got := next(found)) is not None}
     broker_configs = {b: znodes.TopicConfig.decode(got[0], znodes.broker_config_path(b)).config
                       for b in broker_ids if (got := next(found)) is not None}
-    request_node = next(found)
-    controller_node, epoch_node, election_node, *assignment_nodes = session.get_many(
-        [znodes.CONTROLLER, znodes.CONTROLLER_EPOCH, znodes.PREFERRED_REPLICA_ELECTION]
-        + [znodes.topic_path(n) for n in names], watch)
+    request_node, controller_node, epoch_node, election_node = (next(found) for _ in range(4))
+    assignment_nodes = list(found)
     controller, owner = -1, 0
     if controller_node is not None:
         data, stat = controller_node
@@ -117,7 +124,7 @@ def read_fleet(session: Session, watch) -> FleetSnapshot:
     election = None
     if election_node is not None:
         election = (_election(election_node[0]), election_node[1].version)
-    topics = _read_states(session, assignments, configs, watch)
+    topics = _read_states(reads, assignments, configs)
     request, request_version, request_error = None, -1, None
     if request_node is not None:
         request_version = request_node[1].version
@@ -140,11 +147,10 @@ def _election(data: bytes) -> znodes.PreferredElection:
         return znodes.PreferredElection(())
 
 
-def _read_states(session: Session, assignments: dict, configs: dict,
-                 watch) -> dict[str, TopicState]:
+def _read_states(reads, assignments: dict, configs: dict) -> dict[str, TopicState]:
     wanted = [(name, partition) for name, (assignment, _) in assignments.items()
               for partition in assignment.partitions]
-    found = session.get_many([znodes.state_path(n, p) for n, p in wanted], watch)
+    found = reads.get_many([znodes.state_path(n, p) for n, p in wanted])
     states: dict[str, dict] = {name: {} for name in assignments}
     for (name, partition), got in zip(wanted, found):
         if got is not None:

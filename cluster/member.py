@@ -3,9 +3,12 @@
 `ClusterMember` holds the session, registers the appliance and each serving node, keeps a
 `FleetSnapshot` current, runs for controller and, while elected, does the controller's duties
 (`cluster.controller`). All of that happens on one thread of its own, woken by ZooKeeper
-watches and by the supervisor; kazoo's callbacks only set an event, so nothing blocks
-kazoo's thread and the logic runs one pass at a time. The supervisor hears of each new
-snapshot through `on_change` (called on the member's thread: hand it on, do not block).
+watches and by the supervisor; kazoo's callbacks only drop what the watch covered from
+the pass's cache (`WatchedReads`) and set an event, so nothing blocks kazoo's thread and the
+logic runs one pass at a time. A pass rebuilds the whole snapshot but asks ZooKeeper only for
+the nodes that changed since the last one, and reads everything again every
+FULL_READ_INTERVAL_S. The supervisor hears of each new snapshot through `on_change` (called
+on the member's thread: hand it on, do not block).
 
 Admin requests (create, delete, producer ids) run on the caller's thread, as Kafka's admin
 client did against ZooKeeper: any appliance writes the request, the controller carries it
@@ -26,7 +29,7 @@ from dataclasses import dataclass
 from cluster import isr as isr_changes
 from cluster import znodes
 from cluster.controller import Election, Fenced, FencedWriter, elect, reconcile
-from cluster.fleet_view import FleetSnapshot, read_fleet
+from cluster.fleet_view import FleetSnapshot, read_fleet, read_snapshot
 from cluster.leadership import LeadershipConfig
 from cluster.placement import LiveNode, PlacementError, place_replicas
 from cluster.preferred import PreferredLeaders
@@ -39,11 +42,14 @@ from cluster.session import (
     Session,
     ZooKeeperUnavailable,
 )
+from cluster.watched_reads import WatchedReads
 from klog.protocol.error_codes import ErrorCode
 
 log = logging.getLogger(__name__)
 
 PASS_INTERVAL_S = 1.0  # a pass runs at least this often, watches or not
+# every node is read afresh at least this often (a safety net under the watches' cache)
+FULL_READ_INTERVAL_S = 60.0
 CREATE_WAIT_S = 10.0  # how long a topic creation waits for the controller's partition states
 PRODUCER_ID_BLOCK = 1000
 
@@ -72,6 +78,8 @@ class ClusterMember:
         self.election: Election | None = None
         self.state = "NEW"
         self._snapshot = FleetSnapshot()
+        self.reads = WatchedReads(self.session, self.wake)
+        self._full_read_at = 0.0
         self._wake = threading.Event()
         self._changed = threading.Condition()
         self._connected = threading.Event()
@@ -170,6 +178,7 @@ class ClusterMember:
         writes would fail anyway if it lost meanwhile); LOST ends its term: /controller went
         with the session, and the next pass runs for election again."""
         self.state = state
+        self.reads.invalidate()  # a new session has none of our watches; read all again
         if state == CONNECTED:
             self._connected.set()
         else:
@@ -193,7 +202,11 @@ class ClusterMember:
                 log.exception("fleet pass failed")
 
     def _pass(self) -> None:
-        snapshot = read_fleet(self.session, self.wake)
+        if time.monotonic() >= self._full_read_at:
+            self.reads.invalidate()
+            self._full_read_at = time.monotonic() + FULL_READ_INTERVAL_S
+        self.reads.catch_up()
+        snapshot = read_snapshot(self.reads)
         if snapshot != self._snapshot:
             with self._changed:
                 self._snapshot = snapshot

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 
 from cluster import znodes
-from cluster.controller import FencedWriter
+from cluster.controller import FencedWriter, write_states
 from cluster.fleet_view import FleetSnapshot
 from cluster.leadership import (
     ELECTED,
@@ -111,30 +111,27 @@ class PreferredLeaders:
         every partition is settled, i.e. no write lost a race)."""
         live = set(snapshot.brokers)
         eligible = live - nodes_of(snapshot.shutting_down, live)
-        writes, settled = 0, True
+        changes = []
         for name, partition in partitions:
             topic = snapshot.topics[name]
             state, version = topic.states[partition]
             outcome, change = elect_preferred(state, topic.replicas[partition],
                                               eligible=eligible,
                                               controller_epoch=writer.election.epoch)
-            if outcome != ELECTED:
+            if outcome == ELECTED:
+                changes.append((name, partition, state, change, version))
+        errors = write_states(writer, [(znodes.state_path(n, p), c.state, v)
+                                       for n, p, _, c, v in changes])
+        writes = 0
+        for (name, partition, state, change, _), error in zip(changes, errors):
+            if error is not None:
                 continue
-            path = znodes.state_path(name, partition)
             new = change.state
-            try:
-                writer.write(lambda tx, p=path, n=new, v=version: tx.set_data(p, n.encode(),
-                                                                              version=v))
-            except (BadVersionError, NoNodeError) as exc:
-                log.info("%s changed meanwhile (%s); the next pass sees it", path,
-                         type(exc).__name__)
-                settled = False
-                continue
             log.info("%s-%d: leader %d -> %d (epoch %d), isr %s: %s (%s)", name, partition,
                      state.leader, new.leader, new.leader_epoch, list(new.isr), change.reason,
                      why)
             writes += 1
-        return writes, settled
+        return writes, all(error is None for error in errors)
 
 
 def _has_state(snapshot: FleetSnapshot, name: str, partition: int) -> bool:

@@ -33,7 +33,7 @@ from kazoo.exceptions import (
     SessionExpiredError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
-from kazoo.protocol.states import EventType
+from kazoo.protocol.states import Callback, EventType
 
 log = logging.getLogger(__name__)
 
@@ -209,6 +209,19 @@ class Session:
             return tx.commit_async()
         return self._retrying(commit, "multi")
 
+    def transactions(self, builds: list[Callable[[object], None]]) -> list:
+        """Commit one multi per `build`, pipelined on the connection (one round trip for
+        all, not one each); each multi's results, as `transaction` returns them. A multi
+        stands alone: ZooKeeper applies or refuses each one whole, in the order given."""
+        def commit_all():
+            pending = []
+            for build in builds:
+                tx = self.client.transaction()
+                build(tx)
+                pending.append(tx.commit_async())
+            return _Gathered(pending)
+        return self._retrying(commit_all, "multi") if builds else []
+
     def _retrying(self, start: Callable, what: str):
         deadline = time.monotonic() + self.request_timeout_s
         while True:
@@ -220,6 +233,15 @@ class Session:
                 time.sleep(0.1)
             except UNAVAILABLE as exc:
                 raise ZooKeeperUnavailable(f"ZooKeeper {what} failed: {exc!r}") from None
+
+    def drain_callbacks(self, timeout_s: float) -> bool:
+        """Wait until the watch callbacks kazoo has queued so far have run (False after
+        `timeout_s`). kazoo reads a watch's event before the response of any later request
+        and queues the callback for its callback thread, so after this every event that
+        preceded a response we have had is handled, our own writes' events included."""
+        done = threading.Event()
+        self.client.handler.dispatch_callback(Callback("drain", done.set, ()))
+        return done.wait(timeout_s)
 
     # ephemeral registrations ----------------------------------------------------------------
 

@@ -9,11 +9,16 @@ Three appliances (two workers each) and a three-server ZooKeeper on this host:
 - failover: kill -9 of the appliance leading partition 0 of the factor-3 topic, until the
   producer's next acknowledgement of a message to that partition (s); the ZooKeeper
   session timeout (the time before the fleet may declare the leader dead) is its floor.
+  Split at the moment the controller wrote the new leader (the state znode's mtime): before
+  it, the session's expiry; after it, the fleet telling the new leader and the producer
+  finding it (librdkafka asks for metadata about once a second meanwhile).
 - follower catch-up: a follower's appliance is stopped while its leader takes some hundred
   MB, then started; the rate at which its replica copies the leader's log (from its first
   copied byte to the leader's log end, read from its shm region), beside a raw loop that
   sendfiles the same segment files over a loopback TCP connection into a file: the floor of
-  what a follower's fetch, append and publication could cost.
+  what a follower's fetch, append and publication could cost. Rates on this shared host
+  swing with the load; the CPU seconds spent per 100 MB (the follower's and the leader's
+  worker processes; both ends of the raw loop) vary much less.
 
 Run: .venv/bin/python perf/bench_replication.py [--quick]
 """
@@ -23,6 +28,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import resource
 import signal
 import statistics
 import sys
@@ -108,7 +114,7 @@ def failover_s(fleet: list[Appliance], zk, topic: str) -> float:
     assert p.flush(30) == 0
     pids = [pid for pid in victim.pids().values() if pid > 0]
     acked = []
-    killed_at = time.perf_counter()
+    killed_at, killed_wall = time.perf_counter(), time.time()
     victim.kill()
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
@@ -120,8 +126,10 @@ def failover_s(fleet: list[Appliance], zk, topic: str) -> float:
     err, at = acked[0]
     assert err is None, err
     took = at - killed_at
+    _, stat = zk.get(f"/brokers/topics/{topic}/partitions/0/state")
+    elected = stat.mtime / 1000 - killed_wall  # ZooKeeper runs on this host: same clock
     victim.start(timeout_s=60)
-    return took
+    return took, elected
 
 
 def replica_view(appliance: Appliance, topic: str, partition: int):
@@ -139,9 +147,19 @@ def replica_view(appliance: Appliance, topic: str, partition: int):
         region.close()
 
 
-def catch_up(fleet: list[Appliance], zk, bootstrap: str, megabytes: int) -> tuple[float, float,
-                                                                                   int]:
-    """(bytes/s copied by a restarted follower, bytes/s of the raw sendfile loop, bytes)."""
+def cpu_s(appliance: Appliance) -> float:
+    """CPU seconds (user + system) its worker processes have used."""
+    total = 0.0
+    for pid in appliance.pids().values():
+        with contextlib.suppress(OSError, ValueError):
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def catch_up(fleet: list[Appliance], zk, bootstrap: str, megabytes: int) -> dict:
+    """Bytes/s copied by a restarted follower and of the raw sendfile loop, the bytes, and
+    the CPU seconds per 100 MB of each side."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic("catchup", 1, 3, config={"min.insync.replicas": "1"})]
                         )["catchup"].result(30)
@@ -165,6 +183,7 @@ def catch_up(fleet: list[Appliance], zk, bootstrap: str, megabytes: int) -> tupl
     target = replica_view(leader, "catchup", 0)
     start_end = None
     follower.start(timeout_s=60)
+    cpu_before = cpu_s(follower), cpu_s(leader)
     first_at = None
     while True:
         view = replica_view(follower, "catchup", 0)
@@ -179,12 +198,18 @@ def catch_up(fleet: list[Appliance], zk, bootstrap: str, megabytes: int) -> tupl
                 took = now - (first_at or now)
                 break
         time.sleep(0.005)
-    rate = copied / took if took > 0 else float("inf")
-    return rate, raw_sendfile_rate(leader, "catchup", 0), target.size_bytes
+    hundreds = target.size_bytes / 100e6
+    follower_cpu = (cpu_s(follower) - cpu_before[0]) / hundreds
+    leader_cpu = (cpu_s(leader) - cpu_before[1]) / hundreds
+    raw, raw_cpu = raw_sendfile_rate(leader, "catchup", 0)
+    return {"rate": copied / took if took > 0 else float("inf"), "raw": raw,
+            "bytes": target.size_bytes, "follower_cpu": follower_cpu, "leader_cpu": leader_cpu,
+            "raw_cpu": raw_cpu / hundreds}
 
 
-def raw_sendfile_rate(appliance: Appliance, topic: str, partition: int) -> float:
-    """sendfile of the partition's segment files over loopback TCP into a file."""
+def raw_sendfile_rate(appliance: Appliance, topic: str, partition: int) -> tuple[float, float]:
+    """sendfile of the partition's segment files over loopback TCP into a file: (bytes/s,
+    CPU seconds of both ends)."""
     import socket
     import threading
     files = sorted(p for d in appliance.log_dirs
@@ -203,6 +228,7 @@ def raw_sendfile_rate(appliance: Appliance, topic: str, partition: int) -> float
         received.append(total)
 
     thread = threading.Thread(target=receive)
+    before = resource.getrusage(resource.RUSAGE_SELF)
     thread.start()
     start = time.perf_counter()
     with socket.create_connection(listener.getsockname()) as sock:
@@ -213,9 +239,11 @@ def raw_sendfile_rate(appliance: Appliance, topic: str, partition: int) -> float
                     offset += os.sendfile(sock.fileno(), f.fileno(), offset, size - offset)
     thread.join()
     took = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_SELF)
     listener.close()
     out_path.unlink()
-    return received[0] / took
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return received[0] / took, cpu
 
 
 def main() -> None:
@@ -245,15 +273,21 @@ def main() -> None:
                       f"latency p50 {p50:.2f} ms, p99 {p99:.2f} ms ({samples} one at a time)")
             zk = KazooClient(hosts=f"{ensemble.connect}{CHROOT}")
             zk.start(timeout=10)
-            copied, raw, size = catch_up(fleet, zk, bootstrap, 64 if args.quick else 512)
-            print(f"follower catch-up: {copied / 1e6:,.0f} MB/s over {size / 1e6:,.0f} MB; "
-                  f"raw sendfile of the same segment files into a file: {raw / 1e6:,.0f} MB/s "
-                  f"(ratio {copied / raw:.2f})")
-            times = [failover_s(fleet, zk, "rf3") for _ in range(kills)]
+            c = catch_up(fleet, zk, bootstrap, 64 if args.quick else 512)
+            print(f"follower catch-up: {c['rate'] / 1e6:,.0f} MB/s over {c['bytes'] / 1e6:,.0f} "
+                  f"MB; raw sendfile of the same segment files into a file: "
+                  f"{c['raw'] / 1e6:,.0f} MB/s (ratio {c['rate'] / c['raw']:.2f}); CPU s per "
+                  f"100 MB: follower {c['follower_cpu']:.2f}, leader {c['leader_cpu']:.2f}, "
+                  f"raw loop (both ends) {c['raw_cpu']:.2f}")
+            runs = [failover_s(fleet, zk, "rf3") for _ in range(kills)]
             zk.stop()
+            times = [took for took, _ in runs]
+            after = [took - elected for took, elected in runs]
             print(f"kill -9 of partition 0's leader -> next ack: median "
                   f"{statistics.median(times):.1f} s, max {max(times):.1f} s over {kills} "
-                  f"kill(s); floor: session timeout {SESSION_MS / 1000:.1f} s")
+                  f"kill(s); floor: session timeout {SESSION_MS / 1000:.1f} s; from the new "
+                  f"leader's election to the ack: median {statistics.median(after):.2f} s, "
+                  f"max {max(after):.2f} s")
         finally:
             for appliance in fleet:
                 appliance.stop()

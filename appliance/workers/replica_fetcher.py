@@ -21,9 +21,17 @@ log start (away while the leader deleted what it would fetch next) is answered
 OFFSET_OUT_OF_RANGE: it restarts its log empty at the leader's log start (Kafka's
 truncateFullyAndStartAt) and copies from there.
 
-Errors: a lost connection, a leader that does not lead yet (its supervisor has not heard of
-the controller's decision) or a decode error close the connection and retry after a pause;
-a partition the leader refuses is retried the same way. Nothing here raises to the loop.
+The partitions to truncate are asked about in one OffsetForLeaderEpoch request, and every
+partition ready is fetched in one Fetch: a leader change of many partitions costs one round
+trip of each, not one per partition.
+
+Errors: a lost connection or a decode error close the connection and retry after RETRY_S. A
+partition the leader refuses (usually a leader that does not lead yet: its supervisor has
+not heard of the controller's decision, which reaches every appliance at about the same
+time) is left out of the requests for RETRY_MIN_S, then for pauses doubling up to RETRY_S,
+while the fetcher's other partitions go on: one refused partition must not hold the high
+watermark (so acks=all writes and group commits) of the others. Nothing here raises to the
+loop.
 """
 
 from __future__ import annotations
@@ -33,8 +41,8 @@ import contextlib
 import logging
 
 from appliance.segments.errors import CorruptRecordError, StorageError
+from appliance.workers.replica_link import ReplicaLink
 from klog.protocol.apis import fetch, offset_for_leader_epoch
-from klog.protocol.client import NEED_DATA, ClientConnection
 from klog.protocol.error_codes import ErrorCode
 from klog.protocol.exceptions import ProtocolError
 from klog.protocol.record_batch import CorruptBatchError, scan_batches
@@ -45,7 +53,29 @@ FETCH_VERSION = 11
 EPOCH_VERSION = 3
 MAX_WAIT_MS = 500
 PARTITION_MAX_BYTES = 1024 * 1024
-RETRY_S = 0.3
+RETRY_S = 0.3  # the longest pause after a refusal or a lost connection
+RETRY_MIN_S = 0.02  # the first pause after a refusal
+
+
+class Followed:
+    """A partition a fetcher copies: the leader epoch it follows in, whether it must truncate
+    before its next fetch, and its own pause after the leader refused it (the others of the
+    fetcher go on meanwhile)."""
+
+    __slots__ = ("leader_epoch", "truncate", "retry_s", "ready_at")
+
+    def __init__(self, leader_epoch: int):
+        self.leader_epoch = leader_epoch
+        self.truncate = True
+        self.retry_s = RETRY_MIN_S
+        self.ready_at = 0.0  # loop time before which it is left out of requests
+
+    def refused(self, now: float) -> None:
+        self.ready_at = now + self.retry_s
+        self.retry_s = min(self.retry_s * 2, RETRY_S)
+
+    def answered(self) -> None:
+        self.retry_s = RETRY_MIN_S
 
 
 class ReplicaFetcher:
@@ -53,9 +83,10 @@ class ReplicaFetcher:
         self.replication = replication
         self.worker = replication.worker
         self.leader = leader
-        # (topic, index) -> the leader epoch it follows in, and whether it still needs truncating
-        self.partitions: dict[tuple[str, int], list] = {}
+        self.partitions: dict[tuple[str, int], Followed] = {}
         self._wake = asyncio.Event()
+        self._polling: ReplicaLink | None = None  # while a Fetch waits at the leader
+        self._interrupted = False
         self._task = asyncio.ensure_future(self._run())
 
     @property
@@ -63,8 +94,15 @@ class ReplicaFetcher:
         return not self.partitions
 
     def add(self, key, leader_epoch: int) -> None:
-        self.partitions[key] = [leader_epoch, True]
+        """Follow `key` from this leader in `leader_epoch`. A Fetch waiting at the leader
+        without it (up to MAX_WAIT_MS) is dropped with its connection, so that the new
+        partition is truncated and fetched now: a leader just elected holds its high
+        watermark, and every acks=all write, until each follower in its ISR has fetched."""
+        self.partitions[key] = Followed(leader_epoch)
         self._wake.set()
+        if self._polling is not None:
+            self._interrupted = True
+            self._polling.abort()
 
     def remove(self, key) -> None:
         self.partitions.pop(key, None)
@@ -86,8 +124,7 @@ class ReplicaFetcher:
                 await asyncio.sleep(RETRY_S)
                 continue
             try:
-                reader, writer = await asyncio.wait_for(
-                    asyncio.open_connection(node.host, node.port), 10)
+                link = await ReplicaLink.open(node.host, node.port, self.worker.node_id)
             except (OSError, TimeoutError) as exc:
                 if not failing:  # once per outage: the leader's node may take a while to go
                     log.info("replica fetcher to %d: cannot connect: %s", self.leader, exc)
@@ -96,57 +133,90 @@ class ReplicaFetcher:
                 continue
             failing = False
             try:
-                await self._session(_Link(reader, writer, self.worker.node_id))
-            except (OSError, ProtocolError, ConnectionError, asyncio.IncompleteReadError,
-                    TimeoutError) as exc:
-                log.info("replica fetcher to %d: %s; reconnecting", self.leader, exc)
+                await self._session(link)
+            except (OSError, ProtocolError, ConnectionError, TimeoutError) as exc:
+                if not self._interrupted:
+                    log.info("replica fetcher to %d: %s; reconnecting", self.leader, exc)
             finally:
-                writer.close()
-                with contextlib.suppress(Exception):
-                    await writer.wait_closed()
+                await link.close()
+            if self._interrupted:  # dropped on purpose (`add`): reconnect at once
+                self._interrupted = False
+                continue
             await asyncio.sleep(RETRY_S)
 
     async def _session(self, link) -> None:
+        loop = asyncio.get_running_loop()
         while self.partitions:
-            for key, entry in list(self.partitions.items()):
-                if entry[1]:
-                    await self._truncate(link, key, entry)
-            wanted = [(key, entry[0]) for key, entry in self.partitions.items()
-                      if not entry[1]]
-            if not wanted:
-                await asyncio.sleep(RETRY_S)
+            now = loop.time()
+            ready = [(key, f) for key, f in self.partitions.items() if f.ready_at <= now]
+            if not ready:  # each was refused lately: wait for the first due, or a new one
+                self._wake.clear()
+                due = min(f.ready_at for f in self.partitions.values())
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), due - now)
                 continue
-            refused = await self._fetch(link, wanted)
-            if refused:
-                await asyncio.sleep(RETRY_S)
+            pending = [(key, f) for key, f in ready if f.truncate]
+            if pending:
+                await self._truncate(link, pending)
+            wanted = [(key, f) for key, f in ready
+                      if not f.truncate and self.partitions.get(key) is f]
+            if wanted:
+                await self._fetch(link, wanted)
+
+    def _refused(self, key, followed: Followed) -> None:
+        """The leader refused `key` (usually a leader that does not lead yet: told within
+        milliseconds of us): leave it out of requests for a pause, doubling each time."""
+        followed.refused(asyncio.get_running_loop().time())
 
     # truncation --------------------------------------------------------------------------
 
-    async def _truncate(self, link, key, entry) -> None:
-        leader_epoch = entry[0]
-        owned = self.replication.following(key, self.leader, leader_epoch)
-        if owned is None:
-            self.partitions.pop(key, None)
+    async def _truncate(self, link, pending) -> None:
+        """Truncate each partition of `pending` by the leader's OffsetForLeaderEpoch answer,
+        one request for all of them."""
+        asks = {}
+        for key, followed in pending:
+            owned = self.replication.following(key, self.leader, followed.leader_epoch)
+            if owned is None:
+                self.partitions.pop(key, None)
+                continue
+            plog = owned.log
+            ours = plog.leader_epochs.latest_epoch
+            if ours < 0 and plog.log_end_offset == plog.log_start_offset:
+                followed.truncate = False  # an empty log: nothing to compare
+                continue
+            asks[key] = (followed, ours)
+        if not asks:
             return
-        plog = owned.log
-        ours = plog.leader_epochs.latest_epoch
-        if ours < 0 and plog.log_end_offset == plog.log_start_offset:
-            entry[1] = False  # an empty log: nothing to compare
-            return
-        request = offset_for_leader_epoch.Request(replica_id=self.worker.node_id, topics=[
-            offset_for_leader_epoch.OffsetForLeaderTopic(topic=key[0], partitions=[
+        by_topic: dict[str, list] = {}
+        for (topic, index), (followed, ours) in asks.items():
+            by_topic.setdefault(topic, []).append(
                 offset_for_leader_epoch.OffsetForLeaderPartition(
-                    partition=key[1], current_leader_epoch=leader_epoch, leader_epoch=ours)])])
+                    partition=index, current_leader_epoch=followed.leader_epoch,
+                    leader_epoch=ours))
+        request = offset_for_leader_epoch.Request(replica_id=self.worker.node_id, topics=[
+            offset_for_leader_epoch.OffsetForLeaderTopic(topic=t, partitions=p)
+            for t, p in by_topic.items()])
         response = await link.ask(offset_for_leader_epoch.SPEC.key, EPOCH_VERSION, request)
-        answer = response.topics[0].partitions[0]
+        for topic in response.topics:
+            for answer in topic.partitions:
+                key = (topic.topic, answer.partition)
+                if key in asks:
+                    followed, ours = asks.pop(key)
+                    if not self._cut(key, followed, ours, answer):
+                        self._refused(key, followed)
+        for key, (followed, _) in asks.items():  # left out of the answer: asked again
+            self._refused(key, followed)
+
+    def _cut(self, key, followed: Followed, ours: int, answer) -> bool:
+        """Cut our log where the leader's answer says (module docstring); False if refused."""
         if answer.error_code != ErrorCode.NONE:
             log.info("%s-%d: leader %d refused OffsetForLeaderEpoch: %s", *key, self.leader,
                      ErrorCode(answer.error_code).name)
-            await asyncio.sleep(RETRY_S)
-            return
-        owned = self.replication.following(key, self.leader, leader_epoch)
+            return False
+        owned = self.replication.following(key, self.leader, followed.leader_epoch)
         if owned is None:
-            return
+            return True  # no longer ours to follow here
+        plog = owned.log
         target = truncation_offset(plog, ours, answer.leader_epoch, answer.end_offset)
         if target < plog.log_end_offset:
             log.warning("%s-%d: truncating from %d to %d (our epoch %d, leader's answer: "
@@ -156,19 +226,20 @@ class ReplicaFetcher:
                 plog.truncate_to(target, now_ms=self.worker.now_ms())
             except StorageError as exc:
                 log.error("%s-%d: truncation failed: %s", *key, exc)
-                await asyncio.sleep(RETRY_S)
-                return
+                return False
             self.replication.truncated(key, owned)
-        entry[1] = False
+        followed.truncate = False
+        return True
 
     # fetching ----------------------------------------------------------------------------
 
-    async def _fetch(self, link, wanted) -> bool:
-        """One Fetch for every partition ready; True if the leader refused some."""
+    async def _fetch(self, link, wanted) -> None:
+        """One Fetch for every partition ready."""
         by_topic: dict[str, list] = {}
         throttle = self.worker.follower_throttle  # a reassignment's (replication_throttle.py)
         limits, throttled = throttle.limits([key for key, _ in wanted], PARTITION_MAX_BYTES)
-        for (topic, index), leader_epoch in wanted:
+        for (topic, index), followed in wanted:
+            leader_epoch = followed.leader_epoch
             owned = self.replication.following((topic, index), self.leader, leader_epoch)
             if owned is None:
                 self.partitions.pop((topic, index), None)
@@ -182,28 +253,37 @@ class ReplicaFetcher:
         if not by_topic:
             if throttled:
                 await asyncio.sleep(throttle.delay_s())
-            return False
+            return
         request = fetch.Request(
             replica_id=self.worker.node_id, max_wait_ms=MAX_WAIT_MS, min_bytes=1,
             max_bytes=16 * PARTITION_MAX_BYTES, isolation_level=0, session_id=0,
             session_epoch=-1, topics=[fetch.FetchTopic(topic=t, partitions=p)
                                       for t, p in by_topic.items()],
             forgotten_topics_data=[], rack_id="")
-        response = await link.ask(fetch.SPEC.key, FETCH_VERSION, request,
-                                  timeout_s=MAX_WAIT_MS / 1000 + 30)
-        refused = False
-        epochs = dict(wanted)
+        self._polling = link
+        try:
+            response = await link.ask(fetch.SPEC.key, FETCH_VERSION, request,
+                                      timeout_s=MAX_WAIT_MS / 1000 + 30)
+        finally:
+            self._polling = None
+        asked = dict(wanted)
         for topic in response.responses:
             for part in topic.partitions:
                 key = (topic.topic, part.partition_index)
+                followed = asked.get(key)
+                if followed is None:
+                    continue  # not asked for: nothing to take
                 if key in throttled and part.records:
                     throttle.spend(len(part.records))
-                refused |= not self._take(key, epochs.get(key), part)
-        return refused
+                if self._take(key, followed.leader_epoch, part):
+                    followed.answered()
+                else:
+                    self._refused(key, followed)
 
-    def _take(self, key, leader_epoch, part) -> bool:
+    def _take(self, key, leader_epoch: int, part) -> bool:
+        """Append what the leader answered for `key`; False if it refused (or we could not)."""
         owned = self.replication.following(key, self.leader, leader_epoch)
-        if owned is None or leader_epoch is None:
+        if owned is None:
             return True
         if part.error_code != ErrorCode.NONE:
             error = ErrorCode(part.error_code)
@@ -214,9 +294,8 @@ class ReplicaFetcher:
                 self._compare_again(key)
             log.info("%s-%d: leader %d answered %s", *key, self.leader, error.name)
             return False
-        records = part.records
+        records = part.records  # a view of the response's own buffer (replica_link.py)
         if records:
-            records = bytes(records) if not isinstance(records, bytes | bytearray) else records
             try:
                 headers = [h for _, h in scan_batches(records, verify_crc=False)]
                 if headers and headers[0].base_offset != owned.log.log_end_offset:
@@ -267,9 +346,9 @@ class ReplicaFetcher:
 
     def _compare_again(self, key) -> None:
         """Truncate by the leader's epochs again before the next fetch of `key`."""
-        entry = self.partitions.get(key)
-        if entry is not None:
-            entry[1] = True
+        followed = self.partitions.get(key)
+        if followed is not None:
+            followed.truncate = True
 
 
 def truncation_offset(plog, ours: int, leader_epoch: int, end_offset: int) -> int:
@@ -286,24 +365,3 @@ def truncation_offset(plog, ours: int, leader_epoch: int, end_offset: int) -> in
         target = end_offset
     return min(target, plog.log_end_offset)
 
-
-class _Link:
-    """One connection to the leader: a request, then its response (nothing pipelined)."""
-
-    def __init__(self, reader, writer, node_id: int):
-        self.reader = reader
-        self.writer = writer
-        self.connection = ClientConnection(client_id=f"klog-replica-{node_id}")
-
-    async def ask(self, api_key: int, version: int, body, *, timeout_s: float = 30):
-        _, data = self.connection.send_request(api_key, version, body)
-        self.writer.write(data)
-        await self.writer.drain()
-        while True:
-            answer = self.connection.next_response()
-            if answer is not NEED_DATA:
-                return answer[1]
-            chunk = await asyncio.wait_for(self.reader.read(1 << 20), timeout_s)
-            if not chunk:
-                raise ConnectionError("the leader closed the connection")
-            self.connection.receive_data(chunk)

@@ -280,7 +280,7 @@ class Replication:
         moved = ends is not None and plog.set_high_watermark(min(ends))
         if moved:
             self.worker.partitions.publish(owned)
-            self.worker.waiters.notify(*key)
+            self.worker.waiters.notify_readers(*key)  # followers' fetches wait for batches
         self._release(key, plog.high_watermark)
 
     async def _watch_lag(self) -> None:

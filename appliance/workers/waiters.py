@@ -4,6 +4,12 @@ A waiting fetch registers one `asyncio.Event` under every partition it reads; an
 the events registered under its partition. The fetch then re-reads and decides whether it has
 `min_bytes` yet. Nothing here polls on a timer, so a waiting fetch answers within one loop
 iteration of the append that completes it.
+
+Consumers read up to the high watermark, followers up to the log end, so a leader whose high
+watermark moves without an append (a follower's fetch moved it) wakes only consumers'
+fetches (`notify_readers`): waking the followers' too would have each of them read again
+for nothing, on every acks=all write. Followers learn the new high watermark with their
+next answer, as Kafka's do.
 """
 
 from __future__ import annotations
@@ -17,19 +23,31 @@ class AppendWaiters:
 
     def __init__(self):
         self._waiting: dict[tuple[str, int], set[asyncio.Event]] = defaultdict(set)
+        self._replicas: dict[tuple[str, int], set[asyncio.Event]] = defaultdict(set)
 
     def notify(self, topic: str, index: int) -> None:
+        """The log grew (or changed): every fetch waiting on it reads again."""
+        for table in (self._waiting, self._replicas):
+            events = table.pop((topic, index), None)
+            if events:
+                for event in events:
+                    event.set()
+
+    def notify_readers(self, topic: str, index: int) -> None:
+        """Only the high watermark moved: consumers' fetches read again, followers' wait on."""
         events = self._waiting.pop((topic, index), None)
         if events:
             for event in events:
                 event.set()
 
-    async def wait(self, partitions, timeout_s: float) -> bool:
-        """Wait until one of `partitions` is appended to, or the timeout; True if woken."""
+    async def wait(self, partitions, timeout_s: float, *, replica: bool = False) -> bool:
+        """Wait until one of `partitions` is appended to, or the timeout; True if woken.
+        `replica`: a follower's fetch (not woken by `notify_readers`)."""
+        table = self._replicas if replica else self._waiting
         event = asyncio.Event()
         keys = list(partitions)
         for key in keys:
-            self._waiting[key].add(event)
+            table[key].add(event)
         try:
             await asyncio.wait_for(event.wait(), timeout_s)
             return True
@@ -37,16 +55,17 @@ class AppendWaiters:
             return False
         finally:
             for key in keys:
-                waiting = self._waiting.get(key)
+                waiting = table.get(key)
                 if waiting is not None:
                     waiting.discard(event)
                     if not waiting:
-                        del self._waiting[key]
+                        del table[key]
 
     def waiting_partitions(self) -> list[tuple[str, int]]:
         """The partitions some fetch waits on now."""
-        return list(self._waiting)
+        return list(self._waiting.keys() | self._replicas.keys())
 
     def statistics(self) -> dict[str, int]:
-        return {"partitions_waited_on": len(self._waiting),
-                "waiting_fetches": len({e for s in self._waiting.values() for e in s})}
+        tables = (self._waiting, self._replicas)
+        return {"partitions_waited_on": len(self.waiting_partitions()),
+                "waiting_fetches": len({e for t in tables for s in t.values() for e in s})}

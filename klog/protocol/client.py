@@ -90,6 +90,12 @@ class ClientConnection:
         frame = self._frames.next_frame()
         if frame is None:
             return NEED_DATA
+        return self.response_of(frame)
+
+    def response_of(self, frame) -> tuple[int, Any]:
+        """``next_response`` for a whole frame (its content, without the size prefix) that the
+        caller framed itself, e.g. received straight into a buffer of the frame's size. The
+        decoded body may keep views of ``frame``: do not reuse it. Raises as next_response."""
         if not self._in_flight:
             raise CorrelationError("received a response while no request is in flight")
         expected, spec, version = self._in_flight[0]

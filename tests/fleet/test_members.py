@@ -10,9 +10,10 @@ import pytest
 from kazoo.client import KazooClient
 
 from cluster import znodes
-from cluster.controller import Fenced, FencedWriter
+from cluster.controller import Fenced, FencedWriter, elect, write_states
 from cluster.member import ClusterMember
 from cluster.placement import appliance_of
+from cluster.session import BadVersionError, Session
 from klog.protocol.error_codes import ErrorCode
 
 SESSION_MS = 4000
@@ -175,3 +176,27 @@ def test_quorum_loss_stops_only_what_needs_zookeeper(fleet, ensemble):
         time.sleep(1)
     assert result.error == 0, result
     assert all_states(member, "quorum-back", 2)
+
+
+def test_pipelined_state_writes_stand_alone_and_a_deposed_controller_writes_none(ensemble):
+    session = Session(f"{ensemble.connect}/klog-test-{next(_chroots)}",
+                      session_timeout_ms=SESSION_MS, connection_timeout_ms=10_000)
+    session.start()
+    try:
+        paths = [znodes.state_path("t", p) for p in (0, 1)]
+        for path in paths:
+            session.call("create", path, znodes.PartitionState(100, 0, (100, 200), 1).encode(),
+                         makepath=True)
+        writer = FencedWriter(session, elect(session, 1))
+        moved = znodes.PartitionState(200, 1, (200,), writer.election.epoch)
+        errors = write_states(writer, [(paths[0], moved, 0), (paths[1], moved, 7)])
+        assert errors[0] is None and isinstance(errors[1], BadVersionError)
+        states = [znodes.PartitionState.decode(session.call("get", p)[0], p) for p in paths]
+        assert states[0] == moved and states[1].leader == 100  # each multi stood alone
+        session.call("set", znodes.CONTROLLER_EPOCH, b"99")  # another controller's election
+        with pytest.raises(Fenced):
+            write_states(writer, [(paths[1], moved, 0)])
+        assert znodes.PartitionState.decode(session.call("get", paths[1])[0],
+                                            paths[1]).leader == 100
+    finally:
+        session.stop()

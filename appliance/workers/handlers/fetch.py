@@ -1,7 +1,12 @@
 """Fetch v4-11: whole batches straight from segment files, with long polling.
 
 Each partition's records are a `FileRegion` that the connection sends with sendfile, so no
-payload byte enters Python. Budgets follow KIP-74: `partition_max_bytes` per partition and
+payload byte enters Python, except a small read (under INLINE_RECORDS_BYTES: a follower's
+steady state, one batch per fetch, and most consumers' answers): that is read into the
+response, which then leaves in one write. As a region it would cost a write of the header,
+sendfile's own rounds of the event loop, and a wake-up of the reader for each part.
+
+Budgets follow KIP-74: `partition_max_bytes` per partition and
 `max_bytes` in all, except that the first partition with data always gets one whole batch, so
 a batch larger than the budgets can still be consumed. When fewer than `min_bytes` are ready
 the fetch waits, up to `max_wait_ms`, for an append to one of its partitions. Sessions
@@ -18,6 +23,8 @@ reset their position on OFFSET_OUT_OF_RANGE.
 
 from __future__ import annotations
 
+import os
+
 from appliance.segments.errors import OffsetOutOfRangeError, StorageError
 from appliance.workers.consumer_fencing import consumer_refusal
 from appliance.workers.handler_context import HandlerContext
@@ -27,6 +34,7 @@ from klog.protocol.chunks import FileRegion
 from klog.protocol.error_codes import ErrorCode
 
 API_KEY = fetch.SPEC.key
+INLINE_RECORDS_BYTES = 64 * 1024
 
 
 def _partition(index, error, log=None, records=b""):
@@ -70,9 +78,20 @@ def _read(worker, topic, part, budget, must_fill, replica_id=-1):
         return _partition(part.partition, ErrorCode.NONE, owned), 0, False
     if piece.length > limit and not must_fill:
         return _partition(part.partition, ErrorCode.NONE, owned), 0, False
-    region = FileRegion(piece.fd, piece.position, piece.length)
+    records = _small_read(piece) or FileRegion(piece.fd, piece.position, piece.length)
     worker.note_fetched(topic, part.partition, piece.length)
-    return _partition(part.partition, ErrorCode.NONE, owned, region), piece.length, False
+    return _partition(part.partition, ErrorCode.NONE, owned, records), piece.length, False
+
+
+def _small_read(piece) -> bytes | None:
+    """The bytes of a small read (module docstring), or None: send it as a file region."""
+    if piece.length >= INLINE_RECORDS_BYTES:
+        return None
+    try:
+        data = os.pread(piece.fd, piece.length, piece.position)
+    except OSError:
+        return None  # sendfile meets the same error, and reports it
+    return data if len(data) == piece.length else None
 
 
 def build(worker, body):
@@ -114,4 +133,4 @@ async def _long_poll(worker, body, deadline_ms):
         remaining_ms = deadline_ms - worker.now_ms()
         if errored or total >= max(body.min_bytes, 1) or remaining_ms <= 0:
             return response
-        await worker.waiters.wait(keys, remaining_ms / 1000)
+        await worker.waiters.wait(keys, remaining_ms / 1000, replica=body.replica_id >= 0)

@@ -1,0 +1,120 @@
+"""A follower's connection to its leader's node: one request, then its response, each response
+received straight into a buffer of its own size.
+
+Why not asyncio streams: a replica fetch answers up to megabytes of record batches, and a
+stream reader copies them three times in Python before the codec sees them (into the
+reader's buffer, out of it, then into a frame assembled from chunks), on the CPU that the
+follower's catch-up is bound by. Here the kernel writes each response into its frame's
+bytearray (`BufferedProtocol`), the codec decodes the records as views of it, and the
+follower appends those views: the record bytes are copied once, by the kernel, on their way
+in (and once more on their way into the page cache).
+
+Errors: a size prefix outside [0, max_frame_bytes] raises FramingError before anything is
+allocated; a closed connection ConnectionError; no whole response within the timeout
+TimeoutError. After any of them the link is unusable: close it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+
+from klog.protocol.client import ClientConnection
+from klog.protocol.exceptions import FramingError
+from klog.protocol.frames import DEFAULT_MAX_FRAME_BYTES
+from klog.protocol.primitives import INT32
+
+
+class _Frames(asyncio.BufferedProtocol):
+    """Size-prefixed frames, each read into a bytearray of its size."""
+
+    def __init__(self, max_frame_bytes: int):
+        self.max_frame_bytes = max_frame_bytes
+        self.transport: asyncio.Transport | None = None
+        self._prefix = bytearray(4)
+        self._frame: bytearray | None = None  # None: reading a size prefix
+        self._have = 0
+        self._done: deque[bytearray] = deque()
+        self._waiter: asyncio.Future | None = None
+        self._error: Exception | None = None
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        target = self._prefix if self._frame is None else self._frame
+        return memoryview(target)[self._have:]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self._have += nbytes
+        if self._frame is None:
+            if self._have < 4:
+                return
+            size = INT32.unpack(self._prefix)[0]
+            if not 0 <= size <= self.max_frame_bytes:
+                self._fail(FramingError(f"frame size {size} outside [0, "
+                                        f"{self.max_frame_bytes}]"))
+                self.transport.close()
+                return
+            self._frame, self._have = bytearray(size), 0
+        if self._have == len(self._frame):
+            self._done.append(self._frame)
+            self._frame, self._have = None, 0
+            self._wake()
+
+    def connection_lost(self, exc) -> None:
+        self._fail(exc or ConnectionError("the leader closed the connection"))
+
+    def _fail(self, error: Exception) -> None:
+        if self._error is None:
+            self._error = error
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    async def next_frame(self) -> bytearray:
+        while not self._done:
+            if self._error is not None:
+                raise self._error
+            self._waiter = asyncio.get_running_loop().create_future()
+            await self._waiter
+        return self._done.popleft()
+
+
+class ReplicaLink:
+    """Open with `ReplicaLink.open`; `ask` one request at a time (nothing is pipelined)."""
+
+    def __init__(self, transport, frames: _Frames, node_id: int):
+        self.transport = transport
+        self.frames = frames
+        self.connection = ClientConnection(client_id=f"klog-replica-{node_id}")
+
+    @classmethod
+    async def open(cls, host: str, port: int, node_id: int, *, timeout_s: float = 10,
+                   max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> ReplicaLink:
+        """Connect; OSError or TimeoutError if the leader's node cannot be reached."""
+        loop = asyncio.get_running_loop()
+        transport, frames = await asyncio.wait_for(loop.create_connection(
+            lambda: _Frames(max_frame_bytes), host, port), timeout_s)
+        return cls(transport, frames, node_id)
+
+    async def ask(self, api_key: int, version: int, body, *, timeout_s: float = 30):
+        """Send a request and return its decoded response (whose records are views of the
+        response's own buffer)."""
+        _, data = self.connection.send_request(api_key, version, body)
+        self.transport.write(data)
+        frame = await asyncio.wait_for(self.frames.next_frame(), timeout_s)
+        return self.connection.response_of(memoryview(frame))[1]
+
+    def abort(self) -> None:
+        """Drop the connection now, a response in flight with it: `ask` raises
+        ConnectionError."""
+        self.transport.abort()
+
+    async def close(self) -> None:
+        self.transport.close()
+        with contextlib.suppress(Exception):
+            await asyncio.sleep(0)  # let the transport finish closing

@@ -1,0 +1,133 @@
+"""Reads of znodes under ZooKeeper watches, kept until their watch fires: a fleet pass asks
+ZooKeeper only for what changed since the last pass.
+
+Why: a full re-read of the fleet costs one request per znode (every partition's state), and
+kazoo spends ~0.1-0.3 ms of Python per request on its one connection thread; a few hundred
+partitions made each pass 60 ms to seconds on a loaded host, after every watch that fired,
+which is what a leadership change waits for on every appliance.
+
+Rules that keep a cached value as good as a fresh read:
+- a value is cached only under the watch its own read armed (`get` with a watch, `exists`
+  for a missing node, `get_children` with a child watch): ZooKeeper sends that watch's event
+  before any later read could see the change, so until the event arrives the value is the
+  node's current one, as much as a value read a moment ago is;
+- an event drops the cached values of its path (data and children: kazoo fires one event per
+  path and type) and bumps the path's generation; a read's result is stored only if neither
+  its path's generation nor the cache's epoch moved while it was in flight, so a value an
+  event overtook is used for that pass only and read again on the next;
+- kazoo hands watch events to a callback thread, so a read's response can overtake the
+  callback of an event that came before it (our own write's, say): `catch_up`, at the start
+  of each pass, waits for the callbacks queued so far, so a pass sees at least everything
+  that preceded the last response we had (read-your-writes, as a direct read gives);
+- every connection-state change (SUSPENDED, LOST, CONNECTED: a new session has none of the
+  old watches, and a reconnected one may have missed what changed meanwhile), an event
+  without a path (kazoo's watch reset), and `invalidate` (the owner's periodic full
+  re-read, a safety net) drop everything: the next pass reads every node again.
+
+Thread rules: `on_event` runs on kazoo's callback thread, `invalidate` on any thread; `get_many`
+and `children` on the owner's thread (one pass at a time). Raises what `Session` raises
+(ZooKeeperUnavailable, NoNodeError from `children`).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from cluster.session import NoNodeError, Session
+
+_UNKNOWN = object()
+CATCH_UP_S = 2.0
+
+
+class WatchedReads:
+    def __init__(self, session: Session, wake: Callable[[], None] = lambda: None):
+        """`wake`: called after every event (the owner runs a pass soon)."""
+        self.session = session
+        self.wake = wake
+        self._lock = threading.Lock()
+        self._data: dict[str, tuple | None] = {}  # path -> (data, stat), None: missing
+        self._children: dict[str, list[str]] = {}
+        self._generations: dict[str, int] = {}
+        self._epoch = 0
+        self.requests = 0  # reads sent to ZooKeeper (statistics, tests)
+
+    def on_event(self, event) -> None:
+        """kazoo's watch callback: forget what the event's path held, then wake the owner."""
+        path = getattr(event, "path", None)
+        with self._lock:
+            if path is None:
+                self._forget_all()
+            else:
+                self._data.pop(path, None)
+                self._children.pop(path, None)
+                self._generations[path] = self._generations.get(path, 0) + 1
+        self.wake()
+
+    def catch_up(self, timeout_s: float = CATCH_UP_S) -> None:
+        """Apply the watch events kazoo has received so far (module docstring); if its
+        callback thread does not get to them in time, forget everything instead."""
+        if not self.session.drain_callbacks(timeout_s):
+            self.invalidate()
+
+    def invalidate(self) -> None:
+        """Forget every value: the next reads go to ZooKeeper."""
+        with self._lock:
+            self._forget_all()
+
+    def _forget_all(self) -> None:
+        self._epoch += 1
+        self._data.clear()
+        self._children.clear()
+        self._generations.clear()
+
+    def _token(self, path: str) -> tuple[int, int]:
+        return self._epoch, self._generations.get(path, 0)
+
+    def get_many(self, paths: list[str]) -> list[tuple | None]:
+        """`(data, stat)` per path, None for a missing node; cached ones without a request."""
+        with self._lock:
+            out = [self._data.get(path, _UNKNOWN) for path in paths]
+            wanted = [i for i, got in enumerate(out) if got is _UNKNOWN]
+            tokens = [self._token(paths[i]) for i in wanted]
+        if not wanted:
+            return out
+        self.requests += len(wanted)
+        fresh = self.session.get_many([paths[i] for i in wanted], self.on_event)
+        with self._lock:
+            for i, token, got in zip(wanted, tokens, fresh):
+                out[i] = got
+                if self._token(paths[i]) == token:
+                    self._data[paths[i]] = got
+        return out
+
+    def children(self, path: str) -> list[str]:
+        """The children of `path` (NoNodeError if it is missing: nothing is cached then)."""
+        with self._lock:
+            found = self._children.get(path)
+            token = self._token(path)
+        if found is not None:
+            return list(found)
+        self.requests += 1
+        found = self.session.call("get_children", path, watch=self.on_event)
+        with self._lock:
+            if self._token(path) == token:
+                self._children[path] = list(found)
+        return list(found)
+
+
+class DirectReads:
+    """The same interface over plain reads (watches optional): a fresh read of everything."""
+
+    def __init__(self, session: Session, watch=None):
+        self.session = session
+        self.watch = watch
+
+    def get_many(self, paths: list[str]) -> list[tuple | None]:
+        return self.session.get_many(paths, self.watch)
+
+    def children(self, path: str) -> list[str]:
+        return self.session.call("get_children", path, watch=self.watch)
+
+
+__all__ = ["DirectReads", "NoNodeError", "WatchedReads"]

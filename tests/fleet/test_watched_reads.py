@@ -1,0 +1,108 @@
+"""The fleet pass's cache of znodes under watches (cluster/watched_reads.py), against a real
+three-server ensemble: nothing is asked again until its watch fires, what another client
+changes is read again, our own writes are seen by the next pass, and a new session reads
+everything again (its watches are gone)."""
+
+import itertools
+
+import pytest
+from kazoo.client import KazooClient
+
+from cluster import znodes
+from cluster.fleet_view import read_fleet, read_snapshot
+from cluster.session import Session
+from cluster.watched_reads import WatchedReads
+from tests.fleet.harness import wait_until
+
+_chroots = itertools.count()
+
+
+@pytest.fixture
+def session(ensemble):
+    session = Session(f"{ensemble.connect}/watched-{next(_chroots)}", session_timeout_ms=4000,
+                      connection_timeout_ms=10_000)
+    session.start()
+    for root in znodes.PERSISTENT_ROOTS:
+        session.call("ensure_path", root)
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def other(ensemble, session):
+    """Another client of the same chroot (another appliance, the command line)."""
+    client = KazooClient(hosts=f"{ensemble.connect}{session.chroot}")
+    client.start(timeout=10)
+    yield client
+    client.stop()
+    client.close()
+
+
+def add_topic(client, name: str, partitions: int) -> None:
+    replicas = {p: (100, 200) for p in range(partitions)}
+    client.create(znodes.topic_path(name), znodes.TopicAssignment(replicas).encode())
+    for p in range(partitions):
+        client.create(znodes.state_path(name, p),
+                      znodes.PartitionState(100, 0, (100, 200), 1).encode(), makepath=True)
+
+
+def state_of(snapshot, name: str, partition: int) -> znodes.PartitionState:
+    return snapshot.topics[name].states[partition][0]
+
+
+def test_a_pass_asks_only_for_what_changed(session, other):
+    add_topic(other, "orders", 8)
+    reads = WatchedReads(session)
+    first = read_snapshot(reads)
+    assert first == read_fleet(session, None)
+    asked = reads.requests
+    reads.catch_up()
+    assert read_snapshot(reads) == first and reads.requests == asked  # nothing changed
+    other.set(znodes.state_path("orders", 3), znodes.PartitionState(200, 1, (200,), 1).encode())
+    wait_until(lambda: reads.catch_up() or state_of(read_snapshot(reads), "orders", 3).leader
+               == 200, 10, "the changed state")
+    assert reads.requests == asked + 1  # that state only
+    assert read_snapshot(reads) == read_fleet(session, None)
+
+
+def test_new_and_deleted_nodes_are_seen(session, other):
+    reads = WatchedReads(session)
+    assert read_snapshot(reads).reassign_request is None  # missing: watched for creation
+    add_topic(other, "later", 2)
+    other.create(znodes.REASSIGN_PARTITIONS, znodes.ReassignmentRequest(
+        (("later", 0, (200, 100)),)).encode())
+    wait_until(lambda: reads.catch_up() or (
+        "later" in (s := read_snapshot(reads)).topics and s.reassign_request is not None),
+        10, "the new topic and request")
+    other.delete(znodes.REASSIGN_PARTITIONS)
+    other.delete(znodes.topic_path("later"), recursive=True)
+    wait_until(lambda: reads.catch_up() or (
+        "later" not in (s := read_snapshot(reads)).topics and s.reassign_request is None),
+        10, "the deletions")
+
+
+def test_our_own_writes_are_seen_by_the_next_pass(session):
+    add_topic(session.client, "mine", 1)
+    reads = WatchedReads(session)
+    read_snapshot(reads)
+    path = znodes.state_path("mine", 0)
+    for epoch in range(1, 30):
+        session.call("set", path, znodes.PartitionState(100, epoch, (100,), 1).encode())
+        reads.catch_up()
+        assert state_of(read_snapshot(reads), "mine", 0).leader_epoch == epoch
+
+
+def test_a_new_session_reads_everything_again(ensemble, session, other):
+    add_topic(other, "kept", 2)
+    reads = WatchedReads(session)
+    session.on_state = lambda state: reads.invalidate()  # as ClusterMember does
+    assert state_of(read_snapshot(reads), "kept", 1).leader_epoch == 0
+    twin = KazooClient(hosts=ensemble.connect, client_id=session.client.client_id)
+    twin.start(timeout=10)  # expires our session from ZooKeeper's side
+    twin.stop()
+    twin.close()
+    # changed while our session was gone: no watch of ours is left to tell us
+    other.set(znodes.state_path("kept", 1), znodes.PartitionState(200, 5, (200,), 1).encode())
+    wait_until(lambda: session.state == "CONNECTED", 20, "a new session")
+    wait_until(lambda: state_of(read_snapshot(reads), "kept", 1).leader_epoch == 5, 10,
+               "the change made while the session was away")

@@ -1,0 +1,140 @@
+"""A follower's fetcher (appliance/workers/replica_fetcher.py) against a scripted leader: a
+partition the leader refuses is left out of the requests for its pause while the fetcher's
+other partitions go on being copied (one refusal must not hold the others' high watermark);
+a partition added while a Fetch waits at the leader does not wait for that Fetch."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+
+from appliance.controller.topics import FleetNode
+from appliance.segments import LogConfig, PartitionLog
+from appliance.workers import replica_fetcher
+from appliance.workers.replica_fetcher import ReplicaFetcher
+from klog.protocol.apis import fetch
+from klog.protocol.chunks import join_chunks
+from klog.protocol.error_codes import ErrorCode
+from klog.protocol.frames import NEED_DATA
+from klog.protocol.records import build_batch
+from klog.protocol.server import ServerConnection
+
+LEADER, EPOCH = 200, 3
+COPIED, REFUSED = ("copied", 0), ("refused", 0)
+
+
+class Leader:
+    """Answers Fetch: a fresh batch at the asked offset of COPIED, NOT_LEADER for REFUSED.
+    `hold_alone`: a Fetch of COPIED alone, after its first, is held (never answered), as a
+    long poll waiting for appends."""
+
+    def __init__(self, hold_alone: bool = False):
+        self.hold_alone = hold_alone
+        self.asked: list[set] = []  # the partitions of each Fetch
+
+    async def serve(self, reader, writer):
+        server = ServerConnection()
+        while data := await reader.read(65536):
+            server.receive_data(data)
+            while (request := server.next_request()) is not NEED_DATA:
+                if self.hold_alone and self.asked and {
+                        (t.topic, p.partition) for t in request.body.topics
+                        for p in t.partitions} == {COPIED}:
+                    self.asked.append({COPIED})
+                    continue  # held: this connection answers nothing more
+                writer.write(join_chunks(server.encode_response(request, self.answer(
+                    request.body))))
+
+    def answer(self, body):
+        parts = [(t.topic, p) for t in body.topics for p in t.partitions]
+        self.asked.append({(topic, p.partition) for topic, p in parts})
+        return fetch.Response(throttle_time_ms=0, error_code=0, session_id=0, responses=[
+            fetch.FetchableTopicResponse(topic=topic, partitions=[self.partition(topic, p)])
+            for topic, p in parts])
+
+    def partition(self, topic, asked):
+        refused = (topic, asked.partition) == REFUSED and not self.hold_alone
+        batch = build_batch([(1000, None, b"v", [])])
+        if not refused:  # a batch at the follower's log end, stamped with the leader's epoch
+            batch = bytearray(batch)
+            batch[0:8] = asked.fetch_offset.to_bytes(8, "big")
+            batch[12:16] = EPOCH.to_bytes(4, "big")  # outside the CRC
+        return fetch.PartitionData(
+            partition_index=asked.partition, error_code=int(
+                ErrorCode.NOT_LEADER_OR_FOLLOWER if refused else ErrorCode.NONE),
+            high_watermark=0, last_stable_offset=0, log_start_offset=0,
+            aborted_transactions=None, preferred_read_replica=-1,
+            records=b"" if refused else bytes(batch))
+
+
+class Replication:
+    """What the fetcher asks of a worker's replication: real logs, the rest recorded."""
+
+    def __init__(self, tmp_path, port: int):
+        self.logs = {key: PartitionLog.open(str(tmp_path / f"{key[0]}-{key[1]}"),
+                                            LogConfig(segment_bytes=1 << 20), now_ms=0)
+                     for key in (COPIED, REFUSED)}
+        throttle = SimpleNamespace(limits=lambda keys, size: (dict.fromkeys(keys, size), set()))
+        self.worker = SimpleNamespace(
+            node_id=300, now_ms=lambda: 0, follower_throttle=throttle,
+            controller=SimpleNamespace(fleet_nodes={LEADER: FleetNode(LEADER, "127.0.0.1",
+                                                                      port)}))
+
+    def following(self, key, leader, leader_epoch):
+        return SimpleNamespace(log=self.logs[key]) if leader == LEADER else None
+
+    def appended(self, key, owned, headers):
+        pass
+
+    def set_follower_high_watermark(self, key, owned, high_watermark):
+        pass
+
+
+def test_a_refused_partition_waits_its_pause_while_the_others_are_copied(tmp_path,
+                                                                          monkeypatch):
+    monkeypatch.setattr(replica_fetcher, "RETRY_MIN_S", 60.0)  # a pause this test outlives
+
+    async def run():
+        leader = Leader()
+        server = await asyncio.start_server(leader.serve, "127.0.0.1", 0)
+        replication = Replication(tmp_path, server.sockets[0].getsockname()[1])
+        fetcher = ReplicaFetcher(replication, LEADER)
+        for key in (COPIED, REFUSED):
+            fetcher.add(key, EPOCH)
+        try:
+            while replication.logs[COPIED].log_end_offset < 5:
+                await asyncio.sleep(0.01)
+        finally:
+            fetcher.stop()
+            server.close()
+            for plog in replication.logs.values():
+                plog.close()
+        return leader.asked, replication.logs[REFUSED].log_end_offset
+    asked, refused_end = asyncio.run(run())
+    assert asked[0] == {COPIED, REFUSED} and refused_end == 0
+    assert len(asked) >= 5 and all(fetched == {COPIED} for fetched in asked[1:])
+
+
+def test_a_partition_added_while_a_fetch_waits_at_the_leader_is_fetched_without_it(tmp_path):
+    async def run():
+        leader = Leader(hold_alone=True)
+        server = await asyncio.start_server(leader.serve, "127.0.0.1", 0)
+        replication = Replication(tmp_path, server.sockets[0].getsockname()[1])
+        fetcher = ReplicaFetcher(replication, LEADER)
+        fetcher.add(COPIED, EPOCH)
+        try:
+            while len(leader.asked) < 2:  # the first answered, the second held
+                await asyncio.sleep(0.01)
+            fetcher.add(REFUSED, EPOCH)  # (answered here: the leader holds no more)
+            deadline = asyncio.get_running_loop().time() + 20  # the held Fetch is never answered
+            while replication.logs[REFUSED].log_end_offset == 0:
+                assert asyncio.get_running_loop().time() < deadline, leader.asked
+                await asyncio.sleep(0.01)
+        finally:
+            fetcher.stop()
+            server.close()
+            for plog in replication.logs.values():
+                plog.close()
+        return leader.asked
+    asked = asyncio.run(run())
+    assert asked[:2] == [{COPIED}, {COPIED}] and {COPIED, REFUSED} in asked[2:]

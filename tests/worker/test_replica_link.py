@@ -1,0 +1,98 @@
+"""The follower's link to its leader (appliance/workers/replica_link.py): responses read
+straight into a buffer of their own size, records decoded as views of it. Against a real
+worker's Fetch (sendfile), and a scripted peer for what a worker never sends."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from appliance.workers.replica_link import ReplicaLink
+from klog.protocol.apis import fetch, metadata, produce
+from klog.protocol.chunks import join_chunks
+from klog.protocol.exceptions import FramingError
+from klog.protocol.frames import NEED_DATA
+from klog.protocol.record_batch import scan_batches
+from klog.protocol.records import build_batch
+from klog.protocol.server import ServerConnection
+from tests.interop.helpers import create_topic
+from tests.worker.raw import RawClient
+from tests.worker.test_produce_fetch_raw import fetch_request, produce_request
+
+
+def test_a_fetch_answer_arrives_whole_with_records_as_views_of_it(appliance):
+    create_topic(appliance.bootstrap, "linked", 1)
+    producer = RawClient(appliance.port)
+    values = [bytes([i]) * 40_000 for i in range(20)]  # 0.8 MB over 20 batches
+    for value in values:
+        batch = build_batch([(1000, None, value, [])])
+        producer.call(produce, 8, **produce_request("linked", batch))
+    producer.close()
+
+    async def read_all():
+        link = await ReplicaLink.open("127.0.0.1", appliance.port, node_id=999)
+        try:
+            answer = await link.ask(fetch.SPEC.key, 11, fetch.Request(
+                **fetch_request("linked", 0, 0) | {"max_bytes": 4 << 20}))
+            return answer.responses[0].partitions[0].records
+        finally:
+            await link.close()
+    records = asyncio.run(read_all())
+    assert isinstance(records, memoryview) and isinstance(records.obj, bytearray)
+    batches = list(scan_batches(records))  # CRCs checked
+    assert [h.base_offset for _, h in batches] == list(range(len(values)))
+    assert sum(h.size for _, h in batches) == len(records)
+
+
+METADATA = metadata.Response(throttle_time_ms=0, brokers=[], cluster_id="c",
+                             controller_id=-1, topics=[], cluster_authorized_operations=0)
+
+
+async def _scripted(answer, *, piece: int | None = None):
+    """A peer that reads one request and writes `answer(request)`, `piece` bytes per write."""
+    async def serve(reader, writer):
+        server = ServerConnection()
+        while (request := server.next_request()) is NEED_DATA:
+            server.receive_data(await reader.read(4096))
+        data = answer(server, request)
+        step = piece or len(data)
+        for start in range(0, len(data), step):
+            writer.write(data[start:start + step])
+            await writer.drain()
+        writer.close()
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1]
+
+
+def _whole(server, request) -> bytes:
+    return join_chunks(server.encode_response(request, METADATA))
+
+
+def _ask_scripted(answer, **kwargs):
+    async def run():
+        server, port = await _scripted(answer, **kwargs)
+        link = await ReplicaLink.open("127.0.0.1", port, node_id=1, max_frame_bytes=1 << 16)
+        try:
+            return await link.ask(metadata.SPEC.key, 8, metadata.Request(
+                topics=[], allow_auto_topic_creation=False,
+                include_cluster_authorized_operations=False,
+                include_topic_authorized_operations=False), timeout_s=10)
+        finally:
+            await link.close()
+            server.close()
+    return asyncio.run(run())
+
+
+def test_a_response_written_a_byte_at_a_time_arrives_whole():
+    assert _ask_scripted(_whole, piece=1).cluster_id == "c"
+
+
+def test_a_size_above_the_limit_is_refused_before_anything_is_allocated():
+    with pytest.raises(FramingError, match="outside"):
+        _ask_scripted(lambda server, request: (1 << 30).to_bytes(4, "big"))
+
+
+def test_a_connection_closed_mid_response_is_an_error():
+    with pytest.raises(ConnectionError):
+        _ask_scripted(lambda server, request: _whole(server, request)[:20])
