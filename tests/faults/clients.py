@@ -13,8 +13,10 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
+import traceback
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from kafka import KafkaProducer
@@ -67,7 +69,12 @@ class _Loop(threading.Thread):
     def stop(self, timeout_s: float = 200) -> None:
         self.stopping.set()
         self.join(timeout_s)
-        assert not self.is_alive(), f"{self.name} did not stop"
+        assert not self.is_alive(), f"{self.name} did not stop; it is at:\n{self.where()}"
+
+    def where(self) -> str:
+        """The thread's stack as it is now (why a stop failed)."""
+        frame = sys._current_frames().get(self.ident)
+        return "".join(traceback.format_stack(frame)) if frame else "(no frame)"
 
     def abort(self) -> None:
         """Stop without waiting for what is still in flight (a test that failed)."""
@@ -95,9 +102,9 @@ class Writer(_Loop):
         self._started_at = time.monotonic()
 
     def step(self) -> None:
-        due = self._started_at + self.sent / self.rate
-        if due > time.monotonic():
-            self.idle(due - time.monotonic())
+        ahead = self._started_at + self.sent / self.rate - time.monotonic()
+        if ahead > 0:  # read once: a second clock read may be past `due`, and a negative
+            self.idle(ahead)  # timeout is librdkafka's "wait forever" (poll(-1))
             return
         seq = self.sent
         self.send(seq, f"{self.name_prefix}-{seq}".encode(), seq % PARTITIONS)
