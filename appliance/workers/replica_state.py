@@ -313,17 +313,18 @@ class Replication:
         role.isr_asked_at = now
         role.isr_pending = True
         loop = asyncio.get_running_loop()
-        epoch = role.leader_epoch
+        epoch, before = role.leader_epoch, role.isr
         try:
             self.worker.controller.alter_isr(
                 key[0], key[1], epoch, list(isr),
-                lambda error: loop.call_soon(self._isr_answered, key, role, epoch, isr, error))
+                lambda error: loop.call_soon(self._isr_answered, key, role, epoch, before, isr,
+                                             error))
         except Exception as exc:  # noqa: BLE001 - the control channel; retried later
             role.isr_pending = False
             log.warning("%s-%d: ISR change to %s failed: %s", *key, list(isr), exc)
 
-    def _isr_answered(self, key, asked: Role, leader_epoch: int, isr: tuple[int, ...],
-                      error: ErrorCode) -> None:
+    def _isr_answered(self, key, asked: Role, leader_epoch: int, before: tuple[int, ...],
+                      isr: tuple[int, ...], error: ErrorCode) -> None:
         asked.isr_pending = False
         log.info("%s-%d: ISR -> %s: %s", *key, list(isr), error.name)
         role = self.roles.get(key)
@@ -331,7 +332,9 @@ class Replication:
         if (error == ErrorCode.NONE and role is not None and role.leading
                 and role.leader_epoch == leader_epoch and owned is not None):
             # written behind our leader epoch: ours now, before the fleet's broadcast says so
-            self.worker.statistics.isr_changed(len(role.isr), len(isr))
+            # (which may also have come first: the change is counted from the ISR it was
+            # asked from, not from role.isr)
+            self.worker.statistics.isr_changed(len(before), len(isr))
             role.isr = tuple(isr)
             self._update_leader(key, owned, role)
 
