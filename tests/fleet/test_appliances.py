@@ -3,6 +3,7 @@ ZooKeeper ensemble, used by real Kafka clients: every node answers for the whole
 topics spread over the appliances, keyed messages keep their order."""
 
 import collections
+import signal
 import subprocess
 import sys
 import time
@@ -170,13 +171,16 @@ def test_a_stopped_appliance_leaves_and_returns_with_its_data(fleet):
         producer.produce("fleet-return", f"{i}".encode(), partition=i % 6)
     assert producer.flush(30) == 0
     leaving = fleet[2]
-    assert leaving.stop() == 0  # SIGTERM: graceful
-    wait_until(lambda: {b for b in metadata(fleet[0].bootstrap).brokers} ==
-               {100, 101, 200, 201}, SESSION_MS / 1000 + 5, "the stopped nodes to leave")
-    offline = [p for p in metadata(fleet[0].bootstrap).topics["fleet-return"].partitions.values()
-               if p.leader < 0]
-    assert offline and all(p.replicas[0] // 100 == 3 for p in offline)
-    leaving.start(timeout_s=60)
+    try:
+        assert leaving.stop() == 0  # SIGTERM: graceful
+        wait_until(lambda: {b for b in metadata(fleet[0].bootstrap).brokers} ==
+                   {100, 101, 200, 201}, SESSION_MS / 1000 + 5, "the stopped nodes to leave")
+        offline = [p for p in metadata(fleet[0].bootstrap).topics["fleet-return"]
+                   .partitions.values() if p.leader < 0]
+        assert offline and all(p.replicas[0] // 100 == 3 for p in offline)
+    finally:  # the module's later tests need the whole fleet, whatever happened here
+        leaving.stop(signal.SIGKILL)
+        leaving.start(timeout_s=60)
     wait_until(lambda: len(metadata(fleet[0].bootstrap).brokers) == 6, 30, "the nodes to return")
     wait_until(lambda: led(fleet[0].bootstrap, "fleet-return", 6), 30,
                "every partition to have a leader again")
