@@ -87,6 +87,7 @@ class ReplicaFetcher:
         self._wake = asyncio.Event()
         self._polling: ReplicaLink | None = None  # while a Fetch waits at the leader
         self._interrupted = False
+        self._stopped = False
         self._task = asyncio.ensure_future(self._run())
 
     @property
@@ -108,13 +109,20 @@ class ReplicaFetcher:
         self.partitions.pop(key, None)
 
     def stop(self) -> None:
+        """Cancel the loop, and make it end even if the cancellation is lost: Python 3.11's
+        asyncio.wait_for can swallow a cancellation that arrives as its inner wait completes,
+        and this loop would then run on; a worker stopping waits for every task, so it never
+        exited (seen: a worker still alive 20 minutes after SIGTERM)."""
+        self._stopped = True
+        self.partitions.clear()
+        self._wake.set()
         self._task.cancel()
 
     # the loop ----------------------------------------------------------------------------
 
     async def _run(self) -> None:
         failing = False
-        while True:
+        while not self._stopped:
             if not self.partitions:
                 self._wake.clear()
                 await self._wake.wait()

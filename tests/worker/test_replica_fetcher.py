@@ -138,3 +138,28 @@ def test_a_partition_added_while_a_fetch_waits_at_the_leader_is_fetched_without_
         return leader.asked
     asked = asyncio.run(run())
     assert asked[:2] == [{COPIED}, {COPIED}] and {COPIED, REFUSED} in asked[2:]
+
+
+def test_stop_ends_the_loop_even_if_its_cancellation_is_lost(tmp_path):
+    """Python 3.11's asyncio.wait_for can swallow a cancellation that arrives as its wait
+    completes; the loop must end on stop() anyway, or the worker never exits (its asyncio.run
+    waits for every task). The cancellation is dropped here outright."""
+    async def run():
+        leader = Leader()
+        server = await asyncio.start_server(leader.serve, "127.0.0.1", 0)
+        replication = Replication(tmp_path, server.sockets[0].getsockname()[1])
+        fetcher = ReplicaFetcher(replication, LEADER)
+        fetcher.add(COPIED, EPOCH)
+        try:
+            while replication.logs[COPIED].log_end_offset < 3:
+                await asyncio.sleep(0.01)
+            fetcher._task.cancel = lambda *args: False  # the cancellation is lost
+            fetcher.stop()
+            done, _ = await asyncio.wait({fetcher._task}, timeout=5)
+        finally:
+            del fetcher._task.cancel  # a real one again, for asyncio.run's clean-up
+            server.close()
+            for plog in replication.logs.values():
+                plog.close()
+        return bool(done)
+    assert asyncio.run(run()), "the fetcher's loop went on after stop()"
