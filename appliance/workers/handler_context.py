@@ -20,9 +20,9 @@ from klog.protocol.error_codes import ErrorCode
 
 if TYPE_CHECKING:  # the worker's own parts: imported for their types only
     from appliance.workers.groups.coordinator import GroupCoordinator
-    from appliance.workers.owned_partitions import OwnedPartitions
-    from appliance.workers.replica_state import Replication
-    from appliance.workers.waiters import AppendWaiters
+    from appliance.workers.replication.manager import ReplicaManager
+    from appliance.workers.replication.replicas import LocalReplicas
+    from appliance.workers.replication.waiters import AppendWaiters
 
 
 class HandlerContext(Protocol):
@@ -33,11 +33,11 @@ class HandlerContext(Protocol):
     controller_node_id: int
     cluster_id: str
     log_dir: Path
-    partitions: OwnedPartitions  # the worker's own logs: the only ones it may append to
+    partitions: LocalReplicas  # the worker's own partitions: the only ones it may append to
     groups: GroupCoordinator
     committer: GroupCommitter  # acks=all and group commits wait on its fdatasync
     waiters: AppendWaiters  # long-polling fetches wait here for appends
-    replication: Replication  # cluster mode: leader epochs, followers, the high watermark
+    replication: ReplicaManager  # cluster mode: roles, followers, ISR changes
     advertised_api_versions: list  # ApiVersions' answer, from the handlers this worker has
 
     def now_ms(self) -> int: ...

@@ -120,26 +120,6 @@ def _ignore(*_args) -> None:
     pass
 
 
-def follower_lags(replication) -> list[list]:
-    """[topic, partition, follower node, lag] for every follower of the partitions this
-    worker leads: the leader's log end minus the follower's log end as its last fetch stated
-    it. The leader's view, not the follower's own: a follower that is stalled, partitioned
-    or dead cannot report its lag, while its leader sees it grow. A follower that has not
-    fetched from this leader yet is left out until it does (its replica is then missing from
-    the ISR, which `klog_under_replicated_partitions` counts)."""
-    out = []
-    for (topic, index), role in list(replication.roles.items()):
-        if not role.leading:
-            continue
-        owned = replication.worker.partitions.get(topic, index)
-        if owned is None:
-            continue
-        end = owned.log.log_end_offset
-        for follower, follower_end in list(role.follower_ends.items()):
-            out.append([topic, index, follower, max(end - follower_end, 0)])
-    return out
-
-
 class MetricsPublisher:
     """The worker's task that writes its document into shm and probes the event loop's lag."""
 
@@ -152,7 +132,7 @@ class MetricsPublisher:
         worker = self.worker
         lag = worker.groups.lag.latest
         document = worker.statistics.document(worker.guard.stats, lag,
-                                              follower_lags(worker.replication))
+                                              worker.replication.follower_lags())
         now_ms = int(self.clock() * 1000)
         try:
             worker.region.metrics.publish(worker.index, document, now_ms)

@@ -33,12 +33,11 @@ from appliance.workers.groups.coordinator import GroupCoordinator
 from appliance.workers.groups.offsets_log import OFFSETS_TOPIC
 from appliance.workers.handlers import HANDLERS
 from appliance.workers.handlers.api_versions import advertised_versions
-from appliance.workers.owned_partitions import OwnedPartitions
-from appliance.workers.replica_state import Replication
-from appliance.workers.replication_throttle import FollowerThrottle
+from appliance.workers.replication.context import ReplicaContext
+from appliance.workers.replication.manager import ReplicaManager
+from appliance.workers.replication.waiters import AppendWaiters
 from appliance.workers.shared_state import Publisher, RemoteLogs
 from appliance.workers.statistics import MetricsPublisher, WorkerStatistics
-from appliance.workers.waiters import AppendWaiters
 from klog.protocol.error_codes import ErrorCode
 
 log = logging.getLogger(__name__)
@@ -64,16 +63,18 @@ class Worker:
         self.node_id = node_id_for(config.broker_id, index)
         self.waiters = AppendWaiters()
         self.region = region
-        self.partitions = OwnedPartitions(
-            self.log_dir, config.log_defaults, worker_index=index, on_append=self.waiters.notify,
-            publisher=Publisher(region, index))
         self.remote = RemoteLogs(region, config.log_dirs, index)
         self.statistics = WorkerStatistics(enabled=config.metrics_port is not None)
         self.committer = GroupCommitter(on_sync=self.statistics.group_commit_synced
                                         if self.statistics.enabled else None)
+        # the replicas of this disk, and in cluster mode their leader and follower roles
+        self.replication = ReplicaManager(ReplicaContext(
+            node_id=self.node_id, worker_index=index, log_dir=self.log_dir,
+            control=controller, publisher=Publisher(region, index), waiters=self.waiters,
+            committer=self.committer, replica_lag_time_max_ms=config.replica_lag_time_max_ms,
+            statistics=self.statistics, clock=clock), config.log_defaults)
+        self.partitions = self.replication.replicas
         self.groups = GroupCoordinator(self)
-        self.replication = Replication(self)  # cluster mode's leader and follower roles
-        self.follower_throttle = FollowerThrottle(self)  # a reassignment's, on its fetchers
         self.handlers = dict(HANDLERS)
         self.advertised_api_versions = advertised_versions(set(self.handlers))
         self.connections: set[KafkaConnection] = set()
@@ -143,17 +144,17 @@ class Worker:
 
     def note_fetched(self, topic: str, index: int, nbytes: int) -> None:
         """Count bytes this worker served from one of its own partitions (for status)."""
-        owned = self.partitions.get(topic, index)
-        publication = owned.publication if owned is not None else None
+        partition = self.partitions.get(topic, index)
+        publication = partition.publication if partition is not None else None
         if publication is not None:
             self.region.fetch_out.add_partition_out(publication.slot, publication.epoch,
                                                     self.index, nbytes, 0)
 
     def high_watermark_of(self, topic: str, index: int) -> int | None:
         """A partition's log end as its owner last published it (None: unknown here)."""
-        owned = self.partitions.get(topic, index)
-        if owned is not None:
-            return owned.log.high_watermark
+        partition = self.partitions.get(topic, index)
+        if partition is not None:
+            return partition.high_watermark
         slot = self.region.partitions.find(topic, index)
         if slot is None:
             return None
@@ -164,9 +165,9 @@ class Worker:
 
     def readable_log(self, topic: str, index: int) -> ReadableLog | None:
         """The log a Fetch reads: this worker's own, or another worker's through shm."""
-        owned = self.partitions.get(topic, index)
-        if owned is not None:
-            return owned.log
+        partition = self.partitions.get(topic, index)
+        if partition is not None:
+            return partition
         return self.remote.get(topic, index)
 
     # life cycle --------------------------------------------------------------------------
@@ -255,16 +256,14 @@ class Worker:
 
     def apply_retention(self) -> None:
         now_ms = self.now_ms()
-        for owned in list(self.partitions):
+        for partition in self.partitions:
             try:
-                deleted = owned.log.apply_retention(now_ms=now_ms)
+                deleted = partition.apply_retention(now_ms=now_ms)
             except StorageError as exc:
-                log.error("retention of %s-%d failed: %s", owned.topic, owned.index, exc)
+                log.error("retention of %s-%d failed: %s", *partition.key, exc)
                 continue
             if deleted:
-                self.partitions.publish(owned)
-                log.info("retention deleted %d segment(s) of %s-%d", deleted, owned.topic,
-                         owned.index)
+                log.info("retention deleted %d segment(s) of %s-%d", deleted, *partition.key)
 
     async def _watch_remote_appends(self) -> None:
         seen: dict[tuple[str, int], int] = {}
@@ -300,8 +299,8 @@ class Worker:
             await asyncio.sleep(FLUSH_CHECK_INTERVAL_S)
             now_ms = self.now_ms()
             self.partitions.remove_retired(now_ms=now_ms)  # logs moved away, delay over
-            for owned in list(self.partitions):
+            for partition in self.partitions:
                 try:
-                    owned.log.flush_if_due(now_ms=now_ms)
+                    partition.log.flush_if_due(now_ms=now_ms)
                 except StorageError as exc:
-                    log.error("flush of %s-%d failed: %s", owned.topic, owned.index, exc)
+                    log.error("flush of %s-%d failed: %s", *partition.key, exc)

@@ -11,7 +11,7 @@ import pytest
 from appliance.segments import PartitionLog
 from appliance.segments.errors import CorruptRecordError
 from appliance.segments.leader_epochs import CHECKPOINT_FILE, LeaderEpochCache
-from appliance.workers.replica_fetcher import truncation_offset
+from appliance.workers.replication.fetcher import truncation_offset
 from klog.protocol.record_batch import scan_batches
 from tests.segments.batches import make_batch
 

@@ -4,7 +4,7 @@ A partition whose log has grown by ``offsets.topic.segment.bytes`` since its las
 rolled, its live state restated in the fresh segment (``offsets_log.snapshot_records``) and
 made durable; then the log start moves to the snapshot (``delete_records_before``) and the
 segments wholly before it go, so a load replays one snapshot and what followed it, and no file
-is rewritten. Followers follow the leader's log start (``replica_fetcher``), so their copies
+is rewritten. Followers follow the leader's log start (``replication/fetcher.py``), so their copies
 shrink with the leader's.
 
 The log start moves only once the high watermark has passed the whole snapshot (at once for
@@ -77,15 +77,14 @@ class Compaction:
 
     def _move_log_start(self, partition: int) -> None:
         start, last = self.pending[partition]
-        owned = self.worker.partitions.get(OFFSETS_TOPIC, partition)
-        if owned is None:
+        held = self.worker.partitions.get(OFFSETS_TOPIC, partition)
+        if held is None:
             del self.pending[partition]
             return
-        if owned.log.high_watermark <= last:
+        if held.high_watermark <= last:
             return  # not committed yet
         del self.pending[partition]
-        deleted = owned.log.delete_records_before(start, now_ms=self.worker.now_ms())
-        self.worker.partitions.publish(owned)
-        self.floor[partition] = owned.log.size_bytes
+        deleted = held.delete_records_before(start, now_ms=self.worker.now_ms())
+        self.floor[partition] = held.log.size_bytes
         log.info("%s-%d: log start %d after the snapshot; %d old segment(s) deleted",
-                 OFFSETS_TOPIC, partition, owned.log.log_start_offset, deleted)
+                 OFFSETS_TOPIC, partition, held.log_start_offset, deleted)

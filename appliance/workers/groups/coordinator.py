@@ -30,7 +30,6 @@ import logging
 from collections.abc import Iterable
 
 from appliance.identity import NODES_PER_APPLIANCE
-from appliance.segments.errors import StorageError
 from appliance.workers.groups.compaction import Compaction
 from appliance.workers.groups.coordination import (
     NotEnoughAppliances,
@@ -51,6 +50,7 @@ from appliance.workers.groups.offsets_log import (
 )
 from appliance.workers.groups.state import GroupState
 from appliance.workers.handler_context import HandlerContext
+from appliance.workers.replication.partition import AppendOutcome
 from klog.protocol.error_codes import ErrorCode
 from klog.protocol.records import build_batch
 
@@ -118,10 +118,10 @@ class GroupCoordinator:
 
     def epoch_of(self, info, partition: int) -> int | None:
         """The leader epoch in which this worker coordinates ``partition`` now, or None."""
-        owned = self.worker.partitions.get(OFFSETS_TOPIC, partition)
+        held = self.worker.partitions.get(OFFSETS_TOPIC, partition)
         return coordinator_epoch(info, partition, worker_index=self.worker.index,
-                                 node_id=self.worker.node_id, held=owned is not None,
-                                 leading_epoch=None if owned is None else owned.leader_epoch)
+                                 node_id=self.worker.node_id, held=held is not None,
+                                 leading_epoch=None if held is None else held.leader_epoch)
 
     def _partition_here(self, group_id: str) -> int:
         info = self.worker.controller.topic(OFFSETS_TOPIC)
@@ -210,12 +210,13 @@ class GroupCoordinator:
         """Append records to our partition of the internal topic; returns the last offset."""
         now_ms = self.worker.now_ms()
         last = -1
+        held = self.worker.partitions.get(OFFSETS_TOPIC, partition)
         for start in range(0, len(records), RECORDS_PER_BATCH):
             chunk = records[start:start + RECORDS_PER_BATCH]
             batch = build_batch([(now_ms, key, value, ()) for key, value in chunk],
                                 now_ms=now_ms)
-            outcome = self.worker.partitions.append(OFFSETS_TOPIC, partition, batch,
-                                                    now_ms=now_ms)
+            outcome = (held.append_as_leader(batch, now_ms=now_ms) if held is not None
+                       else AppendOutcome(ErrorCode.NOT_LEADER_OR_FOLLOWER))
             if outcome.error != ErrorCode.NONE:
                 raise CoordinatorError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
                                        f"cannot append to {OFFSETS_TOPIC}-{partition}: "
@@ -224,19 +225,23 @@ class GroupCoordinator:
         return last
 
     async def durable(self, partition: int, last_offset: int) -> None:
-        owned = self.worker.partitions.get(OFFSETS_TOPIC, partition)
-        await asyncio.wrap_future(self.worker.committer.request(owned.log, last_offset))
+        """Wait until ``last_offset`` is on disk here (a snapshot needs no more). Raises
+        StorageError when the sync failed."""
+        held = self.worker.partitions.get(OFFSETS_TOPIC, partition)
+        waiting = self.worker.committer.durable(held.log, last_offset)
+        if waiting is not None:
+            await waiting
 
     async def _committed(self, partition: int, last_offset: int) -> None:
         """Durable here, then committed: the high watermark passed ``last_offset`` (every
         replica in the ISR has it; at once for a single copy). CoordinatorError otherwise."""
-        try:
-            await self.durable(partition, last_offset)
-        except (StorageError, RuntimeError) as exc:  # a failed sync; a committer shut down
-            raise CoordinatorError(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)) from exc
-        error = await self.worker.replication.wait_committed(
-            OFFSETS_TOPIC, partition, last_offset,
-            self.worker.config.offsets_commit_timeout_ms / 1000)
+        held = self.worker.partitions.get(OFFSETS_TOPIC, partition)
+        if held is None:  # moved away since the append
+            raise CoordinatorError(commit_error(ErrorCode.NOT_LEADER_OR_FOLLOWER))
+        waiting = held.committed(last_offset, self.worker.config.offsets_commit_timeout_ms)
+        error = ErrorCode.NONE if waiting is None else await waiting
+        if error == ErrorCode.KAFKA_STORAGE_ERROR:  # the sync failed here
+            raise CoordinatorError(error, f"{OFFSETS_TOPIC}-{partition}: fdatasync failed")
         if error != ErrorCode.NONE:
             raise CoordinatorError(commit_error(error),
                                    f"{OFFSETS_TOPIC}-{partition}: {error.name}")
@@ -244,7 +249,8 @@ class GroupCoordinator:
     def _refuse_short_isr(self, partition: int) -> None:
         """acks=all's refusal before appending: fewer in-sync replicas than
         min.insync.replicas (the commit is retried once the ISR is back)."""
-        refused = self.worker.replication.acks_all_refusal(OFFSETS_TOPIC, partition)
+        held = self.worker.partitions.get(OFFSETS_TOPIC, partition)
+        refused = held.acks_all_refusal() if held is not None else None
         if refused is not None:
             raise CoordinatorError(commit_error(refused),
                                    f"{OFFSETS_TOPIC}-{partition}: {refused.name}")

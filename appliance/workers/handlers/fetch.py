@@ -53,34 +53,42 @@ def _read(worker, topic, part, budget, must_fill, replica_id=-1):
                                    part.current_leader_epoch, worker.node_id_of)
         if refused is not None:
             return _partition(part.partition, refused), 0, True
-    owned = worker.readable_log(topic, part.partition)
-    if owned is None:
+    readable = worker.readable_log(topic, part.partition)
+    if readable is None:
         error = worker.absent_partition_error(topic, part.partition)
         return _partition(part.partition, error), 0, True
-    read = owned.read
-    if replica_id >= 0:  # a follower: past the high watermark, and its log end is noted
-        read = worker.replication.replica_read(replica_id, topic, part.partition,
-                                               part.fetch_offset, part.current_leader_epoch)
-        if isinstance(read, ErrorCode):
-            return _partition(part.partition, read), 0, True
     limit = min(part.partition_max_bytes, budget)
-    if limit <= 0 and not must_fill:
-        return _partition(part.partition, ErrorCode.NONE, owned), 0, False
+    wanted = max(limit, 1) if limit > 0 or must_fill else 0
     try:
-        piece = read(part.fetch_offset, max(limit, 1))
+        if replica_id >= 0:  # a follower: past the high watermark; its log end is noted
+            piece = _follower_read(worker, topic, part, replica_id, wanted)
+            if isinstance(piece, ErrorCode):
+                return _partition(part.partition, piece), 0, True
+        else:
+            piece = readable.read(part.fetch_offset, wanted) if wanted else None
     except OffsetOutOfRangeError:
-        return _partition(part.partition, ErrorCode.OFFSET_OUT_OF_RANGE, owned), 0, True
+        return _partition(part.partition, ErrorCode.OFFSET_OUT_OF_RANGE, readable), 0, True
     except StorageError:
-        return _partition(part.partition, ErrorCode.KAFKA_STORAGE_ERROR, owned), 0, True
+        return _partition(part.partition, ErrorCode.KAFKA_STORAGE_ERROR, readable), 0, True
     except NotPublishedError:
         return _partition(part.partition, ErrorCode.NOT_LEADER_OR_FOLLOWER), 0, True
     if piece is None or piece.length == 0:
-        return _partition(part.partition, ErrorCode.NONE, owned), 0, False
+        return _partition(part.partition, ErrorCode.NONE, readable), 0, False
     if piece.length > limit and not must_fill:
-        return _partition(part.partition, ErrorCode.NONE, owned), 0, False
+        return _partition(part.partition, ErrorCode.NONE, readable), 0, False
     records = _small_read(piece) or FileRegion(piece.fd, piece.position, piece.length)
     worker.note_fetched(topic, part.partition, piece.length)
-    return _partition(part.partition, ErrorCode.NONE, owned, records), piece.length, False
+    return _partition(part.partition, ErrorCode.NONE, readable, records), piece.length, False
+
+
+def _follower_read(worker, topic, part, replica_id, max_bytes):
+    """A follower's fetch: the leading partition records it and answers (only a partition
+    this worker holds can be led here)."""
+    partition = worker.partitions.get(topic, part.partition)
+    if partition is None:
+        return ErrorCode.NOT_LEADER_OR_FOLLOWER
+    return partition.record_follower_fetch(replica_id, part.fetch_offset,
+                                           part.current_leader_epoch, max_bytes)
 
 
 def _small_read(piece) -> bytes | None:

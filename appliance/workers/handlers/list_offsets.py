@@ -37,15 +37,14 @@ def _answer(worker, topic, part, replica_id: int):
         refused = consumer_refusal(info, index, part.current_leader_epoch, worker.node_id_of)
         if refused is not None:
             return _refuse(index, refused)
-    owned = worker.partitions.get(topic, index)
-    if owned is None:
+    partition = worker.partitions.get(topic, index)
+    if partition is None:
         return _refuse(index, worker.absent_partition_error(topic, index))
-    log = owned.log
+    log = partition.log
     leader_epoch = (info.leadership[index].leader_epoch
                     if info is not None and info.leadership is not None else NO_EPOCH)
     # the leader-epoch cache of a replicated partition (a single copy's is never touched)
-    epochs = log.leader_epochs if worker.replication.leader_epoch(topic, index) is not None \
-        else None
+    epochs = log.leader_epochs if partition.role is not None else None
     try:
         lagging = epochs is not None and _high_watermark_lags(log, epochs, leader_epoch)
         if part.timestamp == LATEST:

@@ -24,15 +24,15 @@ def _answer(worker, topic: str, part) -> api.EpochEndOffset:
 
     if not worker.leads(topic, part.partition):
         return refuse(worker.absent_partition_error(topic, part.partition))
-    current = worker.replication.leader_epoch(topic, part.partition)
+    partition = worker.partitions.get(topic, part.partition)
+    current = partition.role.leader_epoch if partition.role is not None else None
     if part.current_leader_epoch >= 0 and current is not None:
         if part.current_leader_epoch < current:
             return refuse(ErrorCode.FENCED_LEADER_EPOCH)
         if part.current_leader_epoch > current:
             return refuse(ErrorCode.UNKNOWN_LEADER_EPOCH)
-    owned = worker.partitions.get(topic, part.partition)
     try:
-        epoch, end = owned.log.end_offset_for_epoch(part.leader_epoch)
+        epoch, end = partition.log.end_offset_for_epoch(part.leader_epoch)
     except StorageError:
         return refuse(ErrorCode.KAFKA_STORAGE_ERROR)
     return api.EpochEndOffset(error_code=0, partition=part.partition, leader_epoch=epoch,

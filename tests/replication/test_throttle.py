@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from appliance.workers.replication_throttle import (
+from appliance.workers.replication.throttle import (
     BURST_S,
     TokenBucket,
     throttled_partitions,

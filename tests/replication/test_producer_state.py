@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from appliance.workers.producer_state import ProducerStates, Verdict
+from appliance.workers.replication.producer_state import ProducerStates, Verdict
 from klog.protocol.record_batch import BatchHeader
 
 

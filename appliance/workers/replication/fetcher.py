@@ -2,8 +2,9 @@
 
 It speaks Kafka to the leader as a broker's replica fetcher does: Fetch with `replica_id` =
 this worker's node id (so the leader reads past its high watermark, up to its log end, and
-counts the fetch offset as this replica's log end), and the batches that come back are
-appended as they are (`PartitionLog.append_replica`: offsets and leader epochs kept).
+counts the fetch offset as this replica's log end), and what comes back for each partition
+goes to that `Partition` in one call (`append_as_follower`: the batches as they are, offsets
+and leader epochs kept, with the leader's high watermark and log start).
 
 Before a partition's first fetch from a leader epoch, its log is truncated as KIP-101 and
 KIP-279 say, never blindly to its high watermark: the follower asks the leader
@@ -15,7 +16,7 @@ high watermark (Kafka's fallback). Either way the log keeps everything the leade
 
 The follower also follows the leader's log start, as each fetch response states it (the
 leader moved it by retention, or the group coordinator by a snapshot, `delete_records_before`):
-up to the leader's and never past its own high watermark (`PartitionLog.follow_log_start`), so
+up to the leader's and never past its own high watermark (`Partition.follow_log_start`), so
 its copy does not keep what the leader dropped. A follower whose log ends below the leader's
 log start (away while the leader deleted what it would fetch next) is answered
 OFFSET_OUT_OF_RANGE: it restarts its log empty at the leader's log start (Kafka's
@@ -39,13 +40,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from typing import TYPE_CHECKING, Protocol
 
 from appliance.segments.errors import CorruptRecordError, StorageError
-from appliance.workers.replica_link import ReplicaLink
+from appliance.workers.replication.link import ReplicaLink
 from klog.protocol.apis import fetch, offset_for_leader_epoch
 from klog.protocol.error_codes import ErrorCode
 from klog.protocol.exceptions import ProtocolError
-from klog.protocol.record_batch import CorruptBatchError, scan_batches
+from klog.protocol.record_batch import CorruptBatchError
+
+if TYPE_CHECKING:
+    from appliance.workers.replication.partition import Partition
+    from appliance.workers.replication.throttle import FollowerThrottle
 
 log = logging.getLogger(__name__)
 
@@ -78,10 +84,24 @@ class Followed:
         self.retry_s = RETRY_MIN_S
 
 
+class Followers(Protocol):
+    """What a fetcher uses of its replica manager (`manager.py`)."""
+
+    node_id: int
+    throttle: FollowerThrottle  # a reassignment's (throttle.py)
+
+    def now_ms(self) -> int: ...
+
+    def leader_address(self, leader: int) -> tuple[str, int] | None:
+        """Where the leader's node listens, or None while the fleet does not list it."""
+
+    def following(self, key, leader: int, leader_epoch: int) -> Partition | None:
+        """The partition, if this worker still follows `leader` in `leader_epoch` for it."""
+
+
 class ReplicaFetcher:
-    def __init__(self, replication, leader: int):
-        self.replication = replication
-        self.worker = replication.worker
+    def __init__(self, followers: Followers, leader: int):
+        self.followers = followers
         self.leader = leader
         self.partitions: dict[tuple[str, int], Followed] = {}
         self._wake = asyncio.Event()
@@ -127,12 +147,12 @@ class ReplicaFetcher:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
-            node = (self.worker.controller.fleet_nodes or {}).get(self.leader)
-            if node is None:
+            address = self.followers.leader_address(self.leader)
+            if address is None:
                 await asyncio.sleep(RETRY_S)
                 continue
             try:
-                link = await ReplicaLink.open(node.host, node.port, self.worker.node_id)
+                link = await ReplicaLink.open(*address, self.followers.node_id)
             except (OSError, TimeoutError) as exc:
                 if not failing:  # once per outage: the leader's node may take a while to go
                     log.info("replica fetcher to %d: cannot connect: %s", self.leader, exc)
@@ -183,11 +203,11 @@ class ReplicaFetcher:
         one request for all of them."""
         asks = {}
         for key, followed in pending:
-            owned = self.replication.following(key, self.leader, followed.leader_epoch)
-            if owned is None:
+            partition = self.followers.following(key, self.leader, followed.leader_epoch)
+            if partition is None:
                 self.partitions.pop(key, None)
                 continue
-            plog = owned.log
+            plog = partition.log
             ours = plog.leader_epochs.latest_epoch
             if ours < 0 and plog.log_end_offset == plog.log_start_offset:
                 followed.truncate = False  # an empty log: nothing to compare
@@ -201,7 +221,7 @@ class ReplicaFetcher:
                 offset_for_leader_epoch.OffsetForLeaderPartition(
                     partition=index, current_leader_epoch=followed.leader_epoch,
                     leader_epoch=ours))
-        request = offset_for_leader_epoch.Request(replica_id=self.worker.node_id, topics=[
+        request = offset_for_leader_epoch.Request(replica_id=self.followers.node_id, topics=[
             offset_for_leader_epoch.OffsetForLeaderTopic(topic=t, partitions=p)
             for t, p in by_topic.items()])
         response = await link.ask(offset_for_leader_epoch.SPEC.key, EPOCH_VERSION, request)
@@ -221,21 +241,20 @@ class ReplicaFetcher:
             log.info("%s-%d: leader %d refused OffsetForLeaderEpoch: %s", *key, self.leader,
                      ErrorCode(answer.error_code).name)
             return False
-        owned = self.replication.following(key, self.leader, followed.leader_epoch)
-        if owned is None:
+        partition = self.followers.following(key, self.leader, followed.leader_epoch)
+        if partition is None:
             return True  # no longer ours to follow here
-        plog = owned.log
+        plog = partition.log
         target = truncation_offset(plog, ours, answer.leader_epoch, answer.end_offset)
         if target < plog.log_end_offset:
             log.warning("%s-%d: truncating from %d to %d (our epoch %d, leader's answer: "
                         "epoch %d ends at %d)", *key, plog.log_end_offset, target, ours,
                         answer.leader_epoch, answer.end_offset)
             try:
-                plog.truncate_to(target, now_ms=self.worker.now_ms())
+                partition.truncate_to(target, now_ms=self.followers.now_ms())
             except StorageError as exc:
                 log.error("%s-%d: truncation failed: %s", *key, exc)
                 return False
-            self.replication.truncated(key, owned)
         followed.truncate = False
         return True
 
@@ -244,26 +263,27 @@ class ReplicaFetcher:
     async def _fetch(self, link, wanted) -> None:
         """One Fetch for every partition ready."""
         by_topic: dict[str, list] = {}
-        throttle = self.worker.follower_throttle  # a reassignment's (replication_throttle.py)
+        throttle = self.followers.throttle  # a reassignment's (throttle.py)
         limits, throttled = throttle.limits([key for key, _ in wanted], PARTITION_MAX_BYTES)
         for (topic, index), followed in wanted:
             leader_epoch = followed.leader_epoch
-            owned = self.replication.following((topic, index), self.leader, leader_epoch)
-            if owned is None:
+            partition = self.followers.following((topic, index), self.leader, leader_epoch)
+            if partition is None:
                 self.partitions.pop((topic, index), None)
                 continue
             if limits[(topic, index)] <= 0:
                 continue  # throttled, and its bucket is empty: not in this fetch
+            plog = partition.log
             by_topic.setdefault(topic, []).append(fetch.FetchPartition(
                 partition=index, current_leader_epoch=leader_epoch,
-                fetch_offset=owned.log.log_end_offset, log_start_offset=owned.log.log_start_offset,
+                fetch_offset=plog.log_end_offset, log_start_offset=plog.log_start_offset,
                 partition_max_bytes=limits[(topic, index)]))
         if not by_topic:
             if throttled:
                 await asyncio.sleep(throttle.delay_s())
             return
         request = fetch.Request(
-            replica_id=self.worker.node_id, max_wait_ms=MAX_WAIT_MS, min_bytes=1,
+            replica_id=self.followers.node_id, max_wait_ms=MAX_WAIT_MS, min_bytes=1,
             max_bytes=16 * PARTITION_MAX_BYTES, isolation_level=0, session_id=0,
             session_epoch=-1, topics=[fetch.FetchTopic(topic=t, partitions=p)
                                       for t, p in by_topic.items()],
@@ -289,67 +309,42 @@ class ReplicaFetcher:
                     self._refused(key, followed)
 
     def _take(self, key, leader_epoch: int, part) -> bool:
-        """Append what the leader answered for `key`; False if it refused (or we could not)."""
-        owned = self.replication.following(key, self.leader, leader_epoch)
-        if owned is None:
+        """Hand what the leader answered for `key` to its partition; False if the leader
+        refused it (or we could not take it)."""
+        partition = self.followers.following(key, self.leader, leader_epoch)
+        if partition is None:
             return True
         if part.error_code != ErrorCode.NONE:
             error = ErrorCode(part.error_code)
             if error == ErrorCode.OFFSET_OUT_OF_RANGE and \
-                    part.log_start_offset > owned.log.log_end_offset:
-                return self._restart_at(key, owned, part.log_start_offset)
+                    part.log_start_offset > partition.log.log_end_offset:
+                return self._restart_at(key, partition, part.log_start_offset)
             if error == ErrorCode.OFFSET_OUT_OF_RANGE:
                 self._compare_again(key)
             log.info("%s-%d: leader %d answered %s", *key, self.leader, error.name)
             return False
-        records = part.records  # a view of the response's own buffer (replica_link.py)
-        if records:
-            try:
-                headers = [h for _, h in scan_batches(records, verify_crc=False)]
-                if headers and headers[0].base_offset != owned.log.log_end_offset:
-                    # the leader's batch boundaries are not ours: compare epochs again
-                    log.warning("%s-%d: leader %d sent a batch at %d, our log ends at %d",
-                                *key, self.leader, headers[0].base_offset,
-                                owned.log.log_end_offset)
-                    self._compare_again(key)
-                    return False
-                if headers:
-                    owned.log.append_replica(records, now_ms=self.worker.now_ms())
-                    self.replication.appended(key, owned, headers)
-            except (CorruptRecordError, CorruptBatchError, StorageError) as exc:
-                log.error("%s-%d: cannot append the leader's batches: %s", *key, exc)
-                return False
-        self.replication.set_follower_high_watermark(key, owned, part.high_watermark)
-        self._follow_log_start(key, owned, part.log_start_offset)
-        return True
+        try:  # the records are a view of the response's own buffer (link.py)
+            taken = partition.append_as_follower(
+                part.records, leader_high_watermark=part.high_watermark,
+                leader_log_start_offset=part.log_start_offset, now_ms=self.followers.now_ms())
+        except (CorruptRecordError, CorruptBatchError, StorageError) as exc:
+            log.error("%s-%d: cannot append the leader's batches: %s", *key, exc)
+            return False
+        if not taken:  # the leader's batch boundaries are not ours: compare epochs again
+            self._compare_again(key)
+        return taken
 
-    def _follow_log_start(self, key, owned, leader_log_start: int) -> None:
-        plog = owned.log
-        before = plog.log_start_offset
-        if leader_log_start <= before:
-            return
-        try:
-            deleted = plog.follow_log_start(leader_log_start, now_ms=self.worker.now_ms())
-        except StorageError as exc:
-            log.error("%s-%d: cannot move the log start to the leader's %d: %s", *key,
-                      leader_log_start, exc)
-            return
-        if plog.log_start_offset != before:
-            log.info("%s-%d: log start %d -> %d after the leader's: %d segment(s) deleted",
-                     *key, before, plog.log_start_offset, deleted)
-            self.worker.partitions.publish(owned)
-
-    def _restart_at(self, key, owned, leader_log_start: int) -> bool:
+    def _restart_at(self, key, partition, leader_log_start: int) -> bool:
         """Our log ends below the leader's log start: nothing here continues it."""
         log.warning("%s-%d: our log ends at %d, below leader %d's log start %d: restarting "
-                    "it there", *key, owned.log.log_end_offset, self.leader, leader_log_start)
+                    "it there", *key, partition.log.log_end_offset, self.leader,
+                    leader_log_start)
         try:
-            owned.log.truncate_fully_and_start_at(leader_log_start,
-                                                  now_ms=self.worker.now_ms())
+            partition.truncate_fully_and_start_at(leader_log_start,
+                                                  now_ms=self.followers.now_ms())
         except StorageError as exc:
             log.error("%s-%d: cannot restart the log at %d: %s", *key, leader_log_start, exc)
             return False
-        self.replication.truncated(key, owned)
         return True
 
     def _compare_again(self, key) -> None:

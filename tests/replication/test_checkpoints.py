@@ -3,7 +3,7 @@ written atomically, and read back; a damaged one reads as empty instead of faili
 
 from __future__ import annotations
 
-from appliance.workers import hw_checkpoint
+from appliance.workers.replication import checkpoints as hw_checkpoint
 
 
 def test_written_in_kafkas_format_and_read_back(tmp_path):

@@ -62,6 +62,14 @@ class ProducerStates:
     def __init__(self):
         self._producers: dict[int, ProducerEntry] = {}
 
+    @classmethod
+    def of_log(cls, plog) -> ProducerStates:
+        """The producers as a log's batch headers say (a log opened, or truncated)."""
+        states = cls()
+        for _, header in plog.iter_batch_headers():
+            states.record(header, header.base_offset)
+        return states
+
     def __len__(self) -> int:
         return len(self._producers)
 

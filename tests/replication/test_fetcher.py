@@ -1,4 +1,4 @@
-"""A follower's fetcher (appliance/workers/replica_fetcher.py) against a scripted leader: a
+"""A follower's fetcher (appliance/workers/replication/fetcher.py) against a scripted leader: a
 partition the leader refuses is left out of the requests for its pause while the fetcher's
 other partitions go on being copied (one refusal must not hold the others' high watermark);
 a partition added while a Fetch waits at the leader does not wait for that Fetch."""
@@ -8,10 +8,12 @@ from __future__ import annotations
 import asyncio
 from types import SimpleNamespace
 
-from appliance.controller.topics import FleetNode
 from appliance.segments import LogConfig, PartitionLog
-from appliance.workers import replica_fetcher
-from appliance.workers.replica_fetcher import ReplicaFetcher
+from appliance.workers.replication import fetcher as replica_fetcher
+from appliance.workers.replication.context import ReplicaContext
+from appliance.workers.replication.fetcher import ReplicaFetcher
+from appliance.workers.replication.partition import Partition
+from appliance.workers.replication.waiters import AppendWaiters
 from klog.protocol.apis import fetch
 from klog.protocol.chunks import join_chunks
 from klog.protocol.error_codes import ErrorCode
@@ -67,27 +69,46 @@ class Leader:
             records=b"" if refused else bytes(batch))
 
 
-class Replication:
-    """What the fetcher asks of a worker's replication: real logs, the rest recorded."""
+class Unpublished:
+    """A publisher for partitions outside any appliance: nothing goes to shm."""
+
+    def attach_point(self, topic, index):
+        return None
+
+    def start(self, topic, index, plog):
+        return None
+
+    def publish(self, publication, plog, records_in=0, bytes_in=0):
+        pass
+
+
+class Followers:
+    """What the fetcher uses of its replica manager, with real partitions of real logs."""
+
+    node_id = 300
 
     def __init__(self, tmp_path, port: int):
-        self.logs = {key: PartitionLog.open(str(tmp_path / f"{key[0]}-{key[1]}"),
-                                            LogConfig(segment_bytes=1 << 20), now_ms=0)
-                     for key in (COPIED, REFUSED)}
-        throttle = SimpleNamespace(limits=lambda keys, size: (dict.fromkeys(keys, size), set()))
-        self.worker = SimpleNamespace(
-            node_id=300, now_ms=lambda: 0, follower_throttle=throttle,
-            controller=SimpleNamespace(fleet_nodes={LEADER: FleetNode(LEADER, "127.0.0.1",
-                                                                      port)}))
+        self.port = port
+        context = ReplicaContext(node_id=self.node_id, worker_index=0, log_dir=tmp_path,
+                                 control=None, publisher=Unpublished(), waiters=AppendWaiters(),
+                                 committer=None)
+        self.partitions = {
+            key: Partition(*key, PartitionLog.open(str(tmp_path / f"{key[0]}-{key[1]}"),
+                                                   LogConfig(segment_bytes=1 << 20), now_ms=0),
+                           context, ask_isr=lambda partition, isr: None)
+            for key in (COPIED, REFUSED)}
+        self.logs = {key: p.log for key, p in self.partitions.items()}
+        self.throttle = SimpleNamespace(limits=lambda keys, size: (dict.fromkeys(keys, size),
+                                                                   set()))
+
+    def now_ms(self) -> int:
+        return 0
+
+    def leader_address(self, leader):
+        return ("127.0.0.1", self.port) if leader == LEADER else None
 
     def following(self, key, leader, leader_epoch):
-        return SimpleNamespace(log=self.logs[key]) if leader == LEADER else None
-
-    def appended(self, key, owned, headers):
-        pass
-
-    def set_follower_high_watermark(self, key, owned, high_watermark):
-        pass
+        return self.partitions[key] if leader == LEADER else None
 
 
 def test_a_refused_partition_waits_its_pause_while_the_others_are_copied(tmp_path,
@@ -97,7 +118,7 @@ def test_a_refused_partition_waits_its_pause_while_the_others_are_copied(tmp_pat
     async def run():
         leader = Leader()
         server = await asyncio.start_server(leader.serve, "127.0.0.1", 0)
-        replication = Replication(tmp_path, server.sockets[0].getsockname()[1])
+        replication = Followers(tmp_path, server.sockets[0].getsockname()[1])
         fetcher = ReplicaFetcher(replication, LEADER)
         for key in (COPIED, REFUSED):
             fetcher.add(key, EPOCH)
@@ -119,7 +140,7 @@ def test_a_partition_added_while_a_fetch_waits_at_the_leader_is_fetched_without_
     async def run():
         leader = Leader(hold_alone=True)
         server = await asyncio.start_server(leader.serve, "127.0.0.1", 0)
-        replication = Replication(tmp_path, server.sockets[0].getsockname()[1])
+        replication = Followers(tmp_path, server.sockets[0].getsockname()[1])
         fetcher = ReplicaFetcher(replication, LEADER)
         fetcher.add(COPIED, EPOCH)
         try:
@@ -147,7 +168,7 @@ def test_stop_ends_the_loop_even_if_its_cancellation_is_lost(tmp_path):
     async def run():
         leader = Leader()
         server = await asyncio.start_server(leader.serve, "127.0.0.1", 0)
-        replication = Replication(tmp_path, server.sockets[0].getsockname()[1])
+        replication = Followers(tmp_path, server.sockets[0].getsockname()[1])
         fetcher = ReplicaFetcher(replication, LEADER)
         fetcher.add(COPIED, EPOCH)
         try:

@@ -1,4 +1,4 @@
-"""The follower's link to its leader (appliance/workers/replica_link.py): responses read
+"""The follower's link to its leader (appliance/workers/replication/link.py): responses read
 straight into a buffer of their own size, records decoded as views of it. Against a real
 worker's Fetch (sendfile), and a scripted peer for what a worker never sends."""
 
@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from appliance.workers.replica_link import ReplicaLink
+from appliance.workers.replication.link import ReplicaLink
 from klog.protocol.apis import fetch, metadata, produce
 from klog.protocol.chunks import join_chunks
 from klog.protocol.exceptions import FramingError

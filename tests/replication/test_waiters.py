@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from appliance.workers.waiters import AppendWaiters
+from appliance.workers.replication.waiters import AppendWaiters
 
 
 def _woken(notify: str) -> tuple[bool, bool]:

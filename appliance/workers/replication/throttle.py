@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 log = logging.getLogger(__name__)
 
@@ -82,17 +83,22 @@ class TokenBucket:
 
 
 class FollowerThrottle:
-    """A worker's throttle of its follower replicas (see the module docstring)."""
+    """A worker's throttle of its follower replicas (see the module docstring). `control`
+    gives the topics' and the node's configs; `in_sync(key)` whether our replica of a
+    partition is in its ISR."""
 
-    def __init__(self, worker, *, clock=time.monotonic):
-        self.worker = worker
+    def __init__(self, control, node_id: int, in_sync: Callable[[tuple[str, int]], bool], *,
+                 clock=time.monotonic):
+        self.control = control
+        self.node_id = node_id
+        self.in_sync = in_sync
         self.clock = clock
         self.bucket: TokenBucket | None = None
         self._reported: set[str] = set()
 
     def rate(self) -> int | None:
-        configs = getattr(self.worker.controller, "fleet_node_configs", None) or {}
-        text = configs.get(self.worker.node_id, {}).get(FOLLOWER_RATE)
+        configs = getattr(self.control, "fleet_node_configs", None) or {}
+        text = configs.get(self.node_id, {}).get(FOLLOWER_RATE)
         if text is None:
             return None
         try:
@@ -105,19 +111,18 @@ class FollowerThrottle:
     def throttled(self, key) -> bool:
         """Whether this worker's replica of `key` = (topic, partition) copies under the
         throttle: listed in the topic's config, and not in the ISR."""
-        info = self.worker.controller.topic(key[0])
+        info = self.control.topic(key[0])
         value = info.configs.get(FOLLOWER_REPLICAS) if info is not None else None
         if not value:
             return False
         try:
-            partitions = throttled_partitions(value, self.worker.node_id)
+            partitions = throttled_partitions(value, self.node_id)
         except ValueError as exc:
             self._report(f"{key[0]}: {exc}")
             return False
         if partitions is not None and key[1] not in partitions:
             return False
-        role = self.worker.replication.roles.get(key)
-        return role is None or self.worker.node_id not in role.isr
+        return not self.in_sync(key)
 
     def limits(self, keys, default_bytes: int) -> tuple[dict, set]:
         """`partition_max_bytes` for each key of a fetch, and the keys throttled: those get a

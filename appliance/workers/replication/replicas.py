@@ -1,0 +1,118 @@
+"""The replicas this worker holds: a `Partition` per (topic, partition) whose log is on its disk.
+
+The worker is the single writer of every partition listed here, so nothing in this module
+locks. It opens the partitions the controller places on this worker (recovering their logs,
+claiming their shm slots), closes or deletes them with their topic, and deletes the replicas
+a reassignment moved away as Kafka does: asynchronously (see `delete_moved`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import uuid
+from collections.abc import Callable, Iterator
+
+from appliance.controller.topics import TopicInfo, topic_log_config
+from appliance.segments.config import LogConfig
+from appliance.segments.errors import StorageError
+from appliance.segments.layout import fsync_directory, partition_dir
+from appliance.segments.log import PartitionLog
+from appliance.workers.replication.context import ReplicaContext
+from appliance.workers.replication.partition import Partition
+
+log = logging.getLogger(__name__)
+
+DELETE_SUFFIX = "-delete"  # Kafka's: a log directory set aside, to be removed
+
+
+class LocalReplicas:
+    """The partitions this worker holds, keyed by (topic, index)."""
+
+    def __init__(self, context: ReplicaContext, defaults: LogConfig, *,
+                 ask_isr: Callable[[Partition, tuple[int, ...]], None]):
+        self.context = context
+        self.log_dir = context.log_dir
+        self.defaults = defaults  # the broker's log defaults (a SIGHUP may change them)
+        self._ask_isr = ask_isr
+        self._held: dict[tuple[str, int], Partition] = {}
+        self._retired: list[tuple[int, PartitionLog]] = []  # (remove at ms, log): moved away
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def __iter__(self) -> Iterator[Partition]:
+        return iter(list(self._held.values()))
+
+    def get(self, topic: str, index: int) -> Partition | None:
+        return self._held.get((topic, index))
+
+    def open_topic(self, info: TopicInfo, *, now_ms: int) -> None:
+        """Open (or create) the logs of the topic's partitions that this worker holds."""
+        config = topic_log_config(self.defaults, info.configs)
+        publisher = self.context.publisher
+        for index, owner in enumerate(info.owners):
+            if owner != self.context.worker_index or (info.name, index) in self._held:
+                continue
+            directory = partition_dir(self.log_dir, info.name, index)
+            plog = PartitionLog.open(directory, config, now_ms=now_ms,
+                                     attach=publisher.attach_point(info.name, index))
+            self._held[(info.name, index)] = Partition(info.name, index, plog, self.context,
+                                                       ask_isr=self._ask_isr)
+
+    def close_topic(self, name: str, *, delete: bool) -> None:
+        for key in [k for k in self._held if k[0] == name]:
+            self._held.pop(key).close(delete=delete)
+
+    def delete_moved(self, info: TopicInfo, *, now_ms: int) -> list[int]:
+        """Delete the logs of the topic's partitions this worker no longer holds: a
+        reassignment moved the replica away (Kafka's StopReplica with delete). As Kafka
+        deletes a log, asynchronously: its directory is renamed aside at once
+        (`<topic>-<partition>.<id>-delete`), so the partition may come back here as a new
+        log, and its files stay open for `file.delete.delay.ms` (Fetch responses in flight
+        send from them) before `remove_retired` removes them. Returns the indexes."""
+        worker_index = self.context.worker_index
+        moved = [key for key in self._held if key[0] == info.name and
+                 (key[1] >= len(info.owners) or info.owners[key[1]] != worker_index)]
+        for key in moved:
+            plog = self._held.pop(key).log
+            aside = f"{plog.directory}.{uuid.uuid4().hex}{DELETE_SUFFIX}"
+            try:
+                os.rename(plog.directory, aside)
+                fsync_directory(str(self.log_dir))
+            except OSError as exc:
+                log.error("%s-%d moved away, but its log cannot be renamed aside (%s): "
+                          "deleting it now", *key, exc)
+                self._remove(plog)
+                continue
+            plog.directory = aside  # whatever it still writes goes there
+            self._retired.append((now_ms + plog.config.file_delete_delay_ms, plog))
+        return [index for _, index in moved]
+
+    def remove_retired(self, *, now_ms: int | None = None) -> None:
+        """Remove the logs `delete_moved` set aside whose delay is over (all: None)."""
+        due = [r for r in self._retired if now_ms is None or r[0] <= now_ms]
+        for entry in due:
+            self._retired.remove(entry)
+            self._remove(entry[1])
+
+    def remove_deleted_leftovers(self) -> None:
+        """At start: logs set aside by an earlier life that did not live to remove them."""
+        for path in self.log_dir.glob(f"*{DELETE_SUFFIX}"):
+            if path.is_dir():
+                log.info("removing %s, set aside for deletion before a restart", path)
+                shutil.rmtree(path, ignore_errors=True)
+
+    @staticmethod
+    def _remove(plog: PartitionLog) -> None:
+        try:
+            plog.delete()
+        except StorageError as exc:
+            log.error("%s stays: %s", plog.directory, exc)
+
+    def close(self) -> None:
+        for partition in self._held.values():
+            partition.close()
+        self._held.clear()
+        self.remove_retired()

@@ -1,0 +1,74 @@
+"""A replicated partition's role here, as the fleet's controller decided it, and the leader's
+books on its followers.
+
+The controller's partition state (`PartitionLeadership`: leader, leader epoch, replicas, ISR)
+becomes a `Role` on each replica that holds the partition. A leader's role also keeps, per
+follower, the log end its last fetch stated and when it last caught up (Kafka's
+`lastCaughtUpTime`); from those come the high watermark (the lowest log end in the ISR) and
+the followers that have fallen behind for longer than `replica.lag.time.max.ms`. Pure data
+and arithmetic: the `Partition` applies the outcome.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from appliance.controller.topics import PartitionLeadership
+
+
+@dataclass
+class Role:
+    leader: int
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    leading: bool
+    follower_ends: dict[int, int] = field(default_factory=dict)  # leader only: node -> LEO
+    # leader only: when each follower last caught up, i.e. fetched at the leader's log end as
+    # it was when the follower's previous fetch was read (Kafka's lastCaughtUpTime)
+    caught_up_at: dict[int, float] = field(default_factory=dict)
+    end_at_last_fetch: dict[int, int] = field(default_factory=dict)
+    isr_asked_at: float = 0.0  # monotonic time of the last ISR change asked for
+    isr_pending: bool = False  # an ISR change asked for and not answered yet
+
+    @classmethod
+    def of(cls, state: PartitionLeadership, node_id: int, *, now: float) -> Role:
+        """The role `state` gives the replica on `node_id`. A new leader gives every follower
+        a full lag period from now."""
+        leading = state.leader == node_id
+        role = cls(state.leader, state.leader_epoch, state.replicas, state.isr, leading)
+        if leading:
+            role.caught_up_at = dict.fromkeys(state.replicas, now)
+        return role
+
+    def same_term(self, state: PartitionLeadership, node_id: int) -> bool:
+        """Whether `state` keeps this role (same leader, same epoch): only the replicas and
+        the ISR may have changed."""
+        return (self.leading == (state.leader == node_id) and self.leader == state.leader
+                and self.leader_epoch == state.leader_epoch)
+
+    def note_fetch(self, replica: int, fetch_offset: int, log_end: int, now: float) -> None:
+        """A follower fetched at `fetch_offset` (its log end now) while ours was `log_end`."""
+        self.follower_ends[replica] = fetch_offset
+        if fetch_offset >= min(log_end, self.end_at_last_fetch.get(replica, log_end)):
+            self.caught_up_at[replica] = now
+        self.end_at_last_fetch[replica] = log_end
+
+    def others_in_sync(self, node_id: int) -> list[int]:
+        return [r for r in self.isr if r != node_id]
+
+    def high_watermark(self, own_end: int, node_id: int) -> int | None:
+        """The lowest log end in the ISR, ours included; None while a follower of the ISR has
+        not fetched from this leader yet (it holds the high watermark still)."""
+        ends = [own_end]
+        for replica in self.others_in_sync(node_id):
+            end = self.follower_ends.get(replica)
+            if end is None:
+                return None
+            ends.append(end)
+        return min(ends)
+
+    def lagging(self, node_id: int, now: float, lag_s: float) -> list[int]:
+        """Followers of the ISR that have not caught up for longer than `lag_s`."""
+        return [r for r in self.others_in_sync(node_id)
+                if now - self.caught_up_at.get(r, now) > lag_s]
