@@ -34,6 +34,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
+from appliance.controller.channel import AlterPartition
 from appliance.controller.topics import TopicInfo
 from appliance.segments.errors import StorageError
 from appliance.workers import hw_checkpoint
@@ -315,8 +316,8 @@ class Replication:
         loop = asyncio.get_running_loop()
         epoch, before = role.leader_epoch, role.isr
         try:
-            self.worker.controller.alter_isr(
-                key[0], key[1], epoch, list(isr),
+            self.worker.controller.alter_partition(
+                AlterPartition(key[0], key[1], epoch, isr),
                 lambda error: loop.call_soon(self._isr_answered, key, role, epoch, before, isr,
                                              error))
         except Exception as exc:  # noqa: BLE001 - the control channel; retried later
