@@ -12,6 +12,7 @@ import logging
 from collections.abc import Callable
 
 from appliance.config import BrokerConfig
+from appliance.controller.channel import AlterPartition
 from appliance.controller.fleet import FleetTopic, FleetView
 from appliance.controller.topics import (
     INTERNAL_PREFIX,
@@ -183,14 +184,14 @@ class FleetMembership:
         result = self.member.delete_topic(name)
         return TopicResult(name, result.error, result.message)
 
-    def alter_isr(self, topic: str, partition: int, leader: int, leader_epoch: int,
-                  isr: tuple[int, ...]) -> ErrorCode:
+    def alter_partition(self, request: AlterPartition, leader: int) -> ErrorCode:
         if not self.member.wait_connected(ISR_WAIT_S):
             return ErrorCode.REQUEST_TIMED_OUT
         try:
-            error = self.member.alter_isr(topic, partition, leader, leader_epoch, isr)
+            error = self.member.alter_partition(request.topic, request.partition,
+                                                request.leader_epoch, request.isr, leader)
         except ZooKeeperUnavailable as exc:
-            log.warning("ISR of %s-%d not changed: %s", topic, partition, exc)
+            log.warning("ISR of %s-%d not changed: %s", request.topic, request.partition, exc)
             return ErrorCode.REQUEST_TIMED_OUT
         self.member.wake()
         return error

@@ -29,6 +29,7 @@ from appliance import sd_notify
 from appliance.config import BrokerConfig, ConfigError, check_advertised_listener
 from appliance.controlled_shutdown import ControlledShutdown
 from appliance.controller.catalog import Catalog, cluster_id
+from appliance.controller.channel import Reload
 from appliance.controller.decisions import ApplianceController
 from appliance.controller.fleet import FleetDecisions
 from appliance.controller.server import ControlServer
@@ -94,6 +95,7 @@ class Supervisor:
             # slots first: a worker told about a new topic must find its partitions' slots
             self.region.follow(controller)
             self.control = ControlServer(controller, cluster_id=cluster,
+                                         broker_id=self.config.broker_id,
                                          on_ready=self._worker_ready)
             self._install_signals()
             for index in range(len(self.config.log_dirs)):
@@ -274,10 +276,8 @@ class Supervisor:
         sd_notify.notify("RELOADING=1")
         self.control.controller.defaults = new.log_defaults
         self.control.controller.default_partitions = new.num_partitions
-        self.control.broadcast({"op": "reload", "log_defaults": new.log_defaults.to_kafka(),
-                                "num_partitions": new.num_partitions,
-                                "log_retention_check_interval_ms":
-                                    new.log_retention_check_interval_ms})
+        self.control.broadcast(Reload(new.log_defaults, new.num_partitions,
+                                      new.log_retention_check_interval_ms))
         log.info("reloaded configuration")
         sd_notify.notify("READY=1")
 

@@ -36,8 +36,9 @@ log = logging.getLogger(__name__)
 ATTEMPTS = 5
 
 
-def alter_isr(session: Session, topic: str, partition: int, leader: int, leader_epoch: int,
-              isr: tuple[int, ...], replicas: tuple[int, ...] | None = None) -> ErrorCode:
+def alter_partition(session: Session, topic: str, partition: int, leader_epoch: int,
+                    isr: tuple[int, ...], leader: int,
+                    replicas: tuple[int, ...] | None = None) -> ErrorCode:
     """Make `isr` the ISR of `topic`-`partition` if `leader` still leads it in
     `leader_epoch`. The ISR must hold the leader and (when known) only replicas. Raises
     ZooKeeperUnavailable."""

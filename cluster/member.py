@@ -336,14 +336,14 @@ class ClusterMember:
         self.wait_for(lambda s: name not in s.topics, CREATE_WAIT_S)
         return AdminResult()
 
-    def alter_isr(self, topic: str, partition: int, leader: int, leader_epoch: int,
-                  isr: tuple[int, ...]) -> ErrorCode:
+    def alter_partition(self, topic: str, partition: int, leader_epoch: int,
+                        isr: tuple[int, ...], leader: int) -> ErrorCode:
         """A local leader's ISR change (`cluster.isr`: a conditional set by the leader's
         appliance). Raises ZooKeeperUnavailable."""
         topic_state = self._snapshot.topics.get(topic)
         replicas = topic_state.replicas.get(partition) if topic_state is not None else None
-        error = isr_changes.alter_isr(self.session, topic, partition, leader, leader_epoch,
-                                      isr, replicas)
+        error = isr_changes.alter_partition(self.session, topic, partition, leader_epoch, isr,
+                                            leader, replicas)
         self.wake()
         return error
 

@@ -1,25 +1,35 @@
-"""The control channel's wire format: length-prefixed orjson messages over a Unix socketpair.
+"""The control channel's messages and wire format: length-prefixed orjson over a Unix socketpair.
 
-One socketpair per worker, made before the fork. Workers ask (`create_topic`, `delete_topic`,
-`allocate_producer_id`) and get one `reply` per request, in order; they also say `ready` once
-they serve. The supervisor starts each worker's stream with the whole `catalog` (and the
-cluster id), then broadcasts every change (`topic`, `topic_deleted`, `reload`, and in cluster
-mode `fleet`: the live nodes, the controller and the nodes' dynamic configs) to every
-worker. A worker that asked for a change sees the broadcast before the reply, so when its
-request returns, it already follows the new catalog.
+One socketpair per worker, made before the fork. Workers ask (`CreateTopic`, `DeleteTopic`,
+`CreatePartitions`, `AllocateProducerId`, `AlterPartition`) and get one `Reply` per request,
+in order, matched by the request's `id`; they also say `Ready` once they serve. The
+supervisor starts each worker's stream with the whole `Catalog` (and the cluster id), then
+broadcasts every change (`TopicChanged`, `TopicDeleted`, `Reload`, and in cluster mode
+`Fleet`: the live nodes, the controller and the nodes' dynamic configs) to every worker. A
+worker that asked for a change sees the broadcast before the reply, so when its request
+returns, it already follows the new catalog.
+
+Each message is a frozen dataclass; on the wire it is one JSON object: its class name under
+"type" and its fields, each written and read by the codec of its declared type (`_CODECS`).
 
 Rules: a malformed message is a bug on our side, never user input: the end that reads it
-raises `ControlChannelError`, and the connection is dropped (the supervisor then restarts
-that worker).
+raises `ControlChannelError` (an unknown type, a missing, extra or ill-typed field), and the
+connection is dropped (the supervisor then restarts that worker).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import struct
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
 
 import orjson
 
-from appliance.controller.topics import TopicInfo
+from appliance.controller.topics import FleetNode, TopicInfo
+from appliance.segments.config import LogConfig
+from klog.protocol.error_codes import ErrorCode
 
 PREFIX = struct.Struct(">I")  # body length, big-endian, as Kafka frames its requests
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
@@ -29,9 +39,187 @@ class ControlChannelError(ConnectionError):
     """The other end of the control channel is gone or sent something unreadable."""
 
 
-def encode(message: dict) -> bytes:
-    body = orjson.dumps(message)
+# worker -> supervisor: requests, each answered by one Reply with its id ---------------------
+# `id` is the channel's: the client numbers a request as it sends it.
+
+
+@dataclass(frozen=True)
+class CreateTopic:
+    name: str
+    partitions: int  # -1: the controller's default
+    replication_factor: int  # -1: the controller's default
+    configs: dict[str, str]
+    validate_only: bool
+    id: int = field(default=0, kw_only=True)
+
+
+@dataclass(frozen=True)
+class DeleteTopic:
+    name: str
+    id: int = field(default=0, kw_only=True)
+
+
+@dataclass(frozen=True)
+class CreatePartitions:
+    name: str
+    count: int  # the new total
+    validate_only: bool
+    id: int = field(default=0, kw_only=True)
+
+
+@dataclass(frozen=True)
+class AllocateProducerId:
+    id: int = field(default=0, kw_only=True)
+
+
+@dataclass(frozen=True)
+class AlterPartition:
+    """Kafka's AlterPartition: the leader of `topic`-`partition` in `leader_epoch` asks for
+    its ISR to become `isr`. Which node leads is the channel's to say, not the request's."""
+
+    topic: str
+    partition: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    id: int = field(default=0, kw_only=True)
+
+
+@dataclass(frozen=True)
+class Ready:
+    """The worker serves (no reply)."""
+
+
+# supervisor -> worker: replies and broadcasts ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Reply:
+    """The answer to the request with the same `id`: its error code, the message of a topic
+    request's refusal, the id an AllocateProducerId got (-1: none can be had now)."""
+
+    id: int
+    error: ErrorCode = ErrorCode.NONE
+    message: str | None = None
+    producer_id: int = -1
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """Every topic, first on a worker's stream."""
+
+    cluster_id: str
+    topics: tuple[TopicInfo, ...]
+
+
+@dataclass(frozen=True)
+class TopicChanged:
+    """A topic was created or changed (partitions added, leadership moved)."""
+
+    info: TopicInfo
+
+
+@dataclass(frozen=True)
+class TopicDeleted:
+    name: str
+
+
+@dataclass(frozen=True)
+class Reload:
+    """The settings a SIGHUP reloaded that workers apply to new decisions."""
+
+    log_defaults: LogConfig
+    num_partitions: int
+    log_retention_check_interval_ms: int
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """Cluster mode: the live nodes, the controller's node id and the nodes' dynamic configs
+    (/config/brokers/<node>)."""
+
+    controller_id: int
+    nodes: tuple[FleetNode, ...]
+    node_configs: dict[int, dict[str, str]]
+
+
+Request = CreateTopic | DeleteTopic | CreatePartitions | AllocateProducerId | AlterPartition
+Message = (Request | Ready | Reply | Catalog | TopicChanged | TopicDeleted | Reload | Fleet)
+
+
+# the codec -----------------------------------------------------------------------------------
+
+
+def _exactly(kind: type) -> Callable[[Any], Any]:
+    def check(value):
+        if type(value) is not kind:  # so neither True for an int nor 1 for a bool
+            raise TypeError(f"{value!r} is not {kind.__name__}")
+        return value
+    return check
+
+
+_int, _str, _bool = _exactly(int), _exactly(str), _exactly(bool)
+
+
+def _strings(raw) -> dict[str, str]:
+    return {_str(k): _str(v) for k, v in raw.items()}
+
+
+def _node(raw) -> FleetNode:
+    node_id, host, port, rack = raw
+    return FleetNode(_int(node_id), _str(host), _int(port), None if rack is None else _str(rack))
+
+
+def _as_is(value):
+    return value
+
+
+# declared field type -> (to the JSON value, from it); a field's type missing here fails at import
+_CODECS: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {
+    "int": (_as_is, _int),
+    "str": (_as_is, _str),
+    "bool": (_as_is, _bool),
+    "str | None": (_as_is, lambda raw: None if raw is None else _str(raw)),
+    "dict[str, str]": (_as_is, _strings),
+    "tuple[int, ...]": (list, lambda raw: tuple(_int(v) for v in raw)),
+    "ErrorCode": (int, lambda raw: ErrorCode(_int(raw))),
+    "TopicInfo": (TopicInfo.to_dict, TopicInfo.from_dict),
+    "tuple[TopicInfo, ...]": (lambda topics: [t.to_dict() for t in topics],
+                              lambda raw: tuple(TopicInfo.from_dict(t) for t in raw)),
+    "tuple[FleetNode, ...]": (lambda nodes: [[n.node_id, n.host, n.port, n.rack] for n in nodes],
+                              lambda raw: tuple(_node(n) for n in raw)),
+    "dict[int, dict[str, str]]": (lambda configs: [[n, c] for n, c in configs.items()],
+                                  lambda raw: {_int(n): _strings(c) for n, c in raw}),
+    "LogConfig": (LogConfig.to_kafka, lambda raw: LogConfig.from_kafka(_strings(raw))),
+}
+
+MESSAGE_TYPES: dict[str, type] = {kind.__name__: kind for kind in Message.__args__}
+_LAYOUTS = {kind: [(f.name, *_CODECS[f.type]) for f in dataclasses.fields(kind)]
+            for kind in MESSAGE_TYPES.values()}
+
+
+def encode(message: Message) -> bytes:
+    fields = {"type": type(message).__name__}
+    for name, to_wire, _ in _LAYOUTS[type(message)]:
+        fields[name] = to_wire(getattr(message, name))
+    body = orjson.dumps(fields)
     return PREFIX.pack(len(body)) + body
+
+
+def decode(raw: Any) -> Message:
+    """The message a JSON body holds; raises ControlChannelError if it holds none."""
+    name = raw.get("type") if isinstance(raw, dict) else None
+    kind = MESSAGE_TYPES.get(name) if isinstance(name, str) else None
+    if kind is None:
+        raise ControlChannelError(f"unknown control message {str(raw)[:100]}")
+    layout = _LAYOUTS[kind]
+    extra = raw.keys() - {name for name, _, _ in layout} - {"type"}
+    if extra:
+        raise ControlChannelError(f"{kind.__name__} control message has {sorted(extra)}")
+    try:
+        return kind(**{name: from_wire(raw[name]) for name, _, from_wire in layout})
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ControlChannelError(f"unreadable {kind.__name__} control message: "
+                                  f"{type(exc).__name__} {exc}") from None
 
 
 class MessageReader:
@@ -43,7 +231,7 @@ class MessageReader:
     def feed(self, data: bytes) -> None:
         self._buffer += data
 
-    def messages(self):
+    def messages(self) -> Iterator[Message]:
         while len(self._buffer) >= PREFIX.size:
             (size,) = PREFIX.unpack_from(self._buffer)
             if size > MAX_MESSAGE_BYTES:
@@ -53,17 +241,7 @@ class MessageReader:
             body = bytes(self._buffer[PREFIX.size : PREFIX.size + size])
             del self._buffer[: PREFIX.size + size]
             try:
-                yield orjson.loads(body)
+                raw = orjson.loads(body)
             except orjson.JSONDecodeError as exc:
                 raise ControlChannelError(f"unreadable control message: {exc}") from None
-
-
-def topic_to_message(info: TopicInfo) -> dict:
-    return info.to_dict()
-
-
-def topic_from_message(raw: dict) -> TopicInfo:
-    try:
-        return TopicInfo.from_dict(raw)
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise ControlChannelError(f"unreadable topic in a control message: {exc}") from None
+            yield decode(raw)

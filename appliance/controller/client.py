@@ -10,14 +10,28 @@ readable (`pump`). The message vocabulary is in `appliance.controller.channel`.
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 from collections.abc import Callable
 
 from appliance.controller.channel import (
+    AllocateProducerId,
+    AlterPartition,
+    Catalog,
     ControlChannelError,
+    CreatePartitions,
+    CreateTopic,
+    DeleteTopic,
+    Fleet,
+    Message,
     MessageReader,
+    Ready,
+    Reload,
+    Reply,
+    Request,
+    TopicChanged,
+    TopicDeleted,
     encode,
-    topic_from_message,
 )
 from appliance.controller.interface import ReloadListener, TopicListener
 from appliance.controller.topics import FleetNode, TopicInfo, TopicResult
@@ -41,9 +55,17 @@ class ControllerClient:
         self._topics: dict[str, TopicInfo] = {}
         self._listeners: list[TopicListener] = []
         self._reload_listeners: list[ReloadListener] = []
-        self._replies: list[dict] = []
-        self._callbacks: dict[int, Callable[[dict], None]] = {}  # request id -> on_reply
+        self._replies: list[Reply] = []
+        self._callbacks: dict[int, Callable[[Reply], None]] = {}  # request id -> on_reply
         self._next_id = 0
+        self._handlers: dict[type, Callable[[Message], None]] = {
+            Reply: self._on_reply,
+            Catalog: self._on_catalog,
+            TopicChanged: self._on_topic_changed,
+            TopicDeleted: self._on_topic_deleted,
+            Reload: self._on_reload,
+            Fleet: self._on_fleet,
+        }
 
     # the Controller interface ------------------------------------------------------------
 
@@ -61,34 +83,30 @@ class ControllerClient:
 
     def create_topic(self, name, partitions=-1, replication_factor=-1, configs=None, *,
                      validate_only=False) -> TopicResult:
-        reply = self._request({"op": "create_topic", "name": name, "partitions": partitions,
-                               "replication_factor": replication_factor,
-                               "configs": configs or {}, "validate_only": validate_only})
-        return TopicResult(name, ErrorCode(reply["error"]), reply.get("message"))
+        reply = self._request(CreateTopic(name, partitions, replication_factor,
+                                          dict(configs or {}), validate_only))
+        return TopicResult(name, reply.error, reply.message)
 
     def delete_topic(self, name: str) -> TopicResult:
-        reply = self._request({"op": "delete_topic", "name": name})
-        return TopicResult(name, ErrorCode(reply["error"]), reply.get("message"))
+        reply = self._request(DeleteTopic(name))
+        return TopicResult(name, reply.error, reply.message)
 
     def create_partitions(self, name: str, count: int, *,
                           validate_only: bool = False) -> TopicResult:
-        reply = self._request({"op": "create_partitions", "name": name, "count": count,
-                               "validate_only": validate_only})
-        return TopicResult(name, ErrorCode(reply["error"]), reply.get("message"))
+        reply = self._request(CreatePartitions(name, count, validate_only))
+        return TopicResult(name, reply.error, reply.message)
 
     def allocate_producer_id(self) -> int:
-        return self._request({"op": "allocate_producer_id"})["producer_id"]
+        return self._request(AllocateProducerId()).producer_id
 
-    def alter_isr(self, topic: str, partition: int, leader_epoch: int, isr: list[int],
-                  on_done: Callable[[ErrorCode], None]) -> None:
-        self._send_request({"op": "alter_isr", "topic": topic, "partition": partition,
-                            "leader_epoch": leader_epoch, "isr": list(isr)},
-                           lambda reply: on_done(ErrorCode(reply["error"])))
+    def alter_partition(self, request: AlterPartition,
+                        on_done: Callable[[ErrorCode], None]) -> None:
+        self._send_request(request, lambda reply: on_done(reply.error))
 
     # plumbing ----------------------------------------------------------------------------
 
-    def tell(self, message: dict) -> None:
-        """Send a message (a request, or `ready` that needs no reply). Whole, even on the
+    def tell(self, message: Request | Ready) -> None:
+        """Send a message (a request, or `Ready` that needs no reply). Whole, even on the
         loop's non-blocking socket: a part sent alone would garble the channel."""
         blocking = self.sock.getblocking()
         self.sock.setblocking(True)
@@ -99,18 +117,20 @@ class ControllerClient:
         finally:
             self.sock.setblocking(blocking)
 
-    def _send_request(self, message: dict, on_reply: Callable[[dict], None]) -> None:
+    def _numbered(self, request: Request) -> Request:
+        self._next_id += 1
+        return dataclasses.replace(request, id=self._next_id)
+
+    def _send_request(self, request: Request, on_reply: Callable[[Reply], None]) -> None:
         """Send a request without waiting: `on_reply(reply)` runs when its reply is read,
         by `pump` or while a later blocking request waits for its own."""
-        self._next_id += 1
-        message["id"] = self._next_id
-        self._callbacks[self._next_id] = on_reply
-        self.tell(message)
+        request = self._numbered(request)
+        self._callbacks[request.id] = on_reply
+        self.tell(request)
 
-    def _request(self, message: dict) -> dict:
-        self._next_id += 1
-        message["id"] = self._next_id
-        self.tell(message)
+    def _request(self, request: Request) -> Reply:
+        request = self._numbered(request)
+        self.tell(request)
         self.sock.setblocking(True)
         try:
             while not self._replies:
@@ -118,8 +138,8 @@ class ControllerClient:
         finally:
             self.sock.setblocking(False)
         reply = self._replies.pop(0)
-        if reply.get("id") != message["id"]:
-            raise ControlChannelError(f"reply {reply.get('id')} to request {message['id']}")
+        if reply.id != request.id:
+            raise ControlChannelError(f"reply {reply.id} to request {request.id}")
         return reply
 
     def _receive_blocking(self) -> None:
@@ -151,37 +171,43 @@ class ControllerClient:
     def _consume(self, data: bytes) -> None:
         self._reader.feed(data)
         for message in self._reader.messages():
-            self._apply(message)
+            handler = self._handlers.get(type(message))
+            if handler is None:
+                raise ControlChannelError(f"{type(message).__name__} is a worker's message")
+            handler(message)
 
-    def _apply(self, message: dict) -> None:
-        op = message.get("op")
-        if op == "reply":
-            callback = self._callbacks.pop(message.get("id"), None)
-            if callback is not None:
-                callback(message)
-            else:
-                self._replies.append(message)
-        elif op == "catalog":
-            self._topics = {t["name"]: topic_from_message(t) for t in message["topics"]}
-            self.cluster_id = message["cluster_id"]
-            self._has_catalog = True
-        elif op == "topic":
-            info = topic_from_message(message["info"])
-            self._topics[info.name] = info
-            for listener in self._listeners:
-                listener(info.name, info)
-        elif op == "reload":
-            self.defaults = LogConfig.from_kafka(message["log_defaults"])
-            self.default_partitions = message["num_partitions"]
-            for listener in self._reload_listeners:
-                listener(message)
-        elif op == "fleet":
-            self.fleet_nodes = {n[0]: FleetNode(*n) for n in message["nodes"]}
-            self.fleet_controller_id = message["controller_id"]
-            self.fleet_node_configs = {n: c for n, c in message.get("node_configs", ())}
-        elif op == "topic_deleted":
-            self._topics.pop(message["name"], None)
-            for listener in self._listeners:
-                listener(message["name"], None)
+    # one handler per message from the supervisor -----------------------------------------
+
+    def _on_reply(self, reply: Reply) -> None:
+        callback = self._callbacks.pop(reply.id, None)
+        if callback is not None:
+            callback(reply)
         else:
-            raise ControlChannelError(f"unknown control message {op!r}")
+            self._replies.append(reply)
+
+    def _on_catalog(self, catalog: Catalog) -> None:
+        self._topics = {t.name: t for t in catalog.topics}
+        self.cluster_id = catalog.cluster_id
+        self._has_catalog = True
+
+    def _on_topic_changed(self, changed: TopicChanged) -> None:
+        info = changed.info
+        self._topics[info.name] = info
+        for listener in self._listeners:
+            listener(info.name, info)
+
+    def _on_topic_deleted(self, deleted: TopicDeleted) -> None:
+        self._topics.pop(deleted.name, None)
+        for listener in self._listeners:
+            listener(deleted.name, None)
+
+    def _on_reload(self, reload: Reload) -> None:
+        self.defaults = reload.log_defaults
+        self.default_partitions = reload.num_partitions
+        for listener in self._reload_listeners:
+            listener(reload)
+
+    def _on_fleet(self, fleet: Fleet) -> None:
+        self.fleet_nodes = {n.node_id: n for n in fleet.nodes}
+        self.fleet_controller_id = fleet.controller_id
+        self.fleet_node_configs = dict(fleet.node_configs)

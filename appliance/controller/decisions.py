@@ -8,7 +8,8 @@ from __future__ import annotations
 import dataclasses
 
 from appliance.controller.catalog import Catalog, ProducerIdBlocks
-from appliance.controller.interface import TopicListener
+from appliance.controller.channel import AlterPartition
+from appliance.controller.interface import FleetListener, TopicListener
 from appliance.controller.placement import place_partitions
 from appliance.controller.topics import (
     INTERNAL_PREFIX,
@@ -38,9 +39,16 @@ class ApplianceController:
     def allocate_producer_id(self) -> int:
         return self._producer_ids.allocate()
 
+    def alter_partition(self, request: AlterPartition, leader: int) -> ErrorCode:
+        """Alone there is no replication, so no ISR to change."""
+        return ErrorCode.INVALID_REQUEST
+
     def add_listener(self, listener: TopicListener) -> None:
         """`listener(name, info)` runs after a topic is created (info) or deleted (None)."""
         self._listeners.append(listener)
+
+    def add_fleet_listener(self, listener: FleetListener) -> None:
+        """Alone there is no fleet: the listener never runs."""
 
     def topics(self) -> list[TopicInfo]:
         return self.catalog.topics()

@@ -14,10 +14,10 @@ Thread rule: `refresh` runs on the supervisor's loop only (kazoo's callbacks jus
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from appliance.controller.interface import TopicListener
+from appliance.controller.channel import AlterPartition
+from appliance.controller.interface import FleetListener, TopicListener
 from appliance.controller.topics import (
     INTERNAL_PREFIX,
     FleetNode,
@@ -81,17 +81,19 @@ class FleetDecisions:
         self.controller_node_id = -1
         self.node_configs: dict[int, dict[str, str]] = {}
         self._listeners: list[TopicListener] = []
-        self._fleet_listeners: list[Callable[[dict[int, FleetNode], int], None]] = []
+        self._fleet_listeners: list[FleetListener] = []
 
     # ApplianceController's interface -------------------------------------------------------
 
     def add_listener(self, listener: TopicListener) -> None:
         self._listeners.append(listener)
 
-    def add_fleet_listener(self, listener) -> None:
-        """`listener(nodes, controller_node_id)` runs when live nodes, the controller or the
-        nodes' dynamic configs (`node_configs`) change."""
+    def add_fleet_listener(self, listener: FleetListener) -> None:
+        """`listener(nodes, controller_node_id)` runs at once, on the fleet as seen so far,
+        then when live nodes, the controller or the nodes' dynamic configs (`node_configs`)
+        change."""
         self._fleet_listeners.append(listener)
+        listener(self.nodes, self.controller_node_id)
 
     def topics(self) -> list[TopicInfo]:
         return list(self._topics.values())
@@ -133,12 +135,10 @@ class FleetDecisions:
     def allocate_producer_id(self) -> int:
         return self.fleet.allocate_producer_id()
 
-    def alter_isr(self, topic: str, partition: int, worker_index: int, leader_epoch: int,
-                  isr: list[int]) -> ErrorCode:
-        """A local worker that leads `topic`-`partition` asks for a new ISR (see
-        `cluster.isr`); the workers hear of the new state with the fleet's next snapshot."""
-        leader = self.broker_id * NODES_PER_APPLIANCE + worker_index
-        error = self.fleet.alter_isr(topic, partition, leader, leader_epoch, tuple(isr))
+    def alter_partition(self, request: AlterPartition, leader: int) -> ErrorCode:
+        """`leader`, a local worker's node id, asks for a new ISR (see `cluster.isr`); the
+        workers hear of the new state with the fleet's next snapshot."""
+        error = self.fleet.alter_partition(request, leader)
         self.refresh()
         return error
 

@@ -10,12 +10,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
+from appliance.controller.channel import AlterPartition, Reload
 from appliance.controller.topics import FleetNode, TopicInfo, TopicResult
 from appliance.segments.config import LogConfig
 from klog.protocol.error_codes import ErrorCode
 
 TopicListener = Callable[[str, TopicInfo | None], None]
-ReloadListener = Callable[[dict], None]
+ReloadListener = Callable[[Reload], None]
+# the decisions' side: (live nodes, the controller's node id)
+FleetListener = Callable[[dict[int, FleetNode], int], None]
 
 
 class Controller(Protocol):
@@ -55,10 +58,10 @@ class Controller(Protocol):
         """A producer id no other producer has; -1 when none can be had now (cluster mode,
         ZooKeeper unreachable): a retriable condition."""
 
-    def alter_isr(self, topic: str, partition: int, leader_epoch: int, isr: list[int],
-                  on_done: Callable[[ErrorCode], None]) -> None:
-        """Cluster mode: this worker leads the partition in `leader_epoch` and asks for its ISR
-        to become `isr` (Kafka's AlterPartition). Returns at once: the answer is a ZooKeeper
+    def alter_partition(self, request: AlterPartition,
+                        on_done: Callable[[ErrorCode], None]) -> None:
+        """Cluster mode: this worker leads the partition in `request.leader_epoch` and asks
+        for its ISR to become `request.isr`. Returns at once: the answer is a ZooKeeper
         write away, which the worker's loop must not wait for. `on_done(error)` runs when it
         comes: NONE once written; FENCED_LEADER_EPOCH or NOT_LEADER_OR_FOLLOWER when the
         partition moved on meanwhile (the broadcast of its new state follows);
@@ -68,4 +71,4 @@ class Controller(Protocol):
         """`listener(name, info)` runs after a topic is created (info) or deleted (None)."""
 
     def add_reload_listener(self, listener: ReloadListener) -> None:
-        """`listener(settings)` runs after the supervisor reloaded its config (SIGHUP)."""
+        """`listener(reload)` runs after the supervisor reloaded its config (SIGHUP)."""

@@ -12,14 +12,26 @@ import socket
 from collections.abc import Callable
 
 from appliance.controller.channel import (
+    AllocateProducerId,
+    AlterPartition,
+    Catalog,
     ControlChannelError,
+    CreatePartitions,
+    CreateTopic,
+    DeleteTopic,
+    Fleet,
+    Message,
     MessageReader,
+    Ready,
+    Reply,
+    TopicChanged,
+    TopicDeleted,
     encode,
-    topic_to_message,
 )
 from appliance.controller.decisions import ApplianceController
 from appliance.controller.fleet import FleetDecisions
-from klog.protocol.error_codes import ErrorCode
+from appliance.controller.topics import FleetNode, TopicResult
+from appliance.identity import node_id_for
 
 log = logging.getLogger(__name__)
 
@@ -31,25 +43,35 @@ class WorkerChannel:
         self.reader = MessageReader()
         self.ready = False
 
-    def send(self, message: dict) -> None:
+    def send(self, message: Message) -> None:
         self.sock.sendall(encode(message))
 
 
 class ControlServer:
-    """Requests from workers in, replies and catalog broadcasts out."""
+    """Requests from workers in, replies and catalog broadcasts out.
+
+    `broker_id` makes a worker's index its node id: the leader an AlterPartition comes from
+    is the worker whose channel it arrived on."""
 
     def __init__(self, controller: ApplianceController | FleetDecisions, *, cluster_id: str,
-                 on_ready: Callable[[int], None] = lambda index: None):
+                 broker_id: int, on_ready: Callable[[int], None] = lambda index: None):
         self.controller = controller
         self.cluster_id = cluster_id
+        self.broker_id = broker_id
         self.on_ready = on_ready
         self.channels: dict[int, WorkerChannel] = {}
-        self._fleet: dict | None = None
+        self._fleet: Fleet | None = None  # cluster mode: the fleet as last seen
+        self._handlers: dict[type, Callable[[WorkerChannel, Message], Reply | None]] = {
+            CreateTopic: self._create_topic,
+            DeleteTopic: self._delete_topic,
+            CreatePartitions: self._create_partitions,
+            AllocateProducerId: self._allocate_producer_id,
+            AlterPartition: self._alter_partition,
+            Ready: self._ready,
+        }
         controller.add_listener(self._broadcast_change)
-        if isinstance(controller, FleetDecisions):
-            controller.add_fleet_listener(self._broadcast_fleet)
-            # the fleet as already seen: every worker hears of it before its first catalog
-            self._fleet = self._fleet_message(controller.nodes, controller.controller_node_id)
+        # told at once of the fleet already seen: every worker hears of it before its catalog
+        controller.add_fleet_listener(self._broadcast_fleet)
 
     def attach(self, index: int, sock: socket.socket) -> WorkerChannel:
         """A (re)started worker's channel; it first receives the whole catalog (and, in
@@ -58,18 +80,12 @@ class ControlServer:
         self.channels[index] = channel
         if self._fleet is not None:
             channel.send(self._fleet)
-        channel.send({"op": "catalog", "cluster_id": self.cluster_id,
-                      "topics": [topic_to_message(t) for t in self.controller.topics()]})
+        channel.send(Catalog(self.cluster_id, tuple(self.controller.topics())))
         return channel
 
-    def _fleet_message(self, nodes: dict, controller_node_id: int) -> dict:
-        return {"op": "fleet", "controller_id": controller_node_id,
-                "nodes": [[n.node_id, n.host, n.port, n.rack] for n in nodes.values()],
-                "node_configs": [[node, configs]
-                                 for node, configs in self.controller.node_configs.items()]}
-
-    def _broadcast_fleet(self, nodes: dict, controller_node_id: int) -> None:
-        self._fleet = self._fleet_message(nodes, controller_node_id)
+    def _broadcast_fleet(self, nodes: dict[int, FleetNode], controller_node_id: int) -> None:
+        self._fleet = Fleet(controller_node_id, tuple(nodes.values()),
+                            dict(self.controller.node_configs))
         self.broadcast(self._fleet)
 
     def detach(self, index: int) -> None:
@@ -93,45 +109,54 @@ class ControlServer:
             log.info("control channel of worker %d: %s", channel.index, exc)
             self.detach(channel.index)
 
-    def _serve(self, channel: WorkerChannel, message: dict) -> None:
-        op = message.get("op")
-        if op == "ready":
-            channel.ready = True
-            self.on_ready(channel.index)
-            return
-        if op == "create_topic":
-            result = self.controller.create_topic(
-                message["name"], message["partitions"], message["replication_factor"],
-                message["configs"], validate_only=message["validate_only"])
-            reply = {"error": int(result.error), "message": result.message}
-        elif op == "delete_topic":
-            result = self.controller.delete_topic(message["name"])
-            reply = {"error": int(result.error), "message": result.message}
-        elif op == "create_partitions":
-            result = self.controller.create_partitions(
-                message["name"], message["count"], validate_only=message["validate_only"])
-            reply = {"error": int(result.error), "message": result.message}
-        elif op == "allocate_producer_id":
-            reply = {"producer_id": self.controller.allocate_producer_id()}
-        elif op == "alter_isr":  # alone there is no replication, so no ISR to change
-            error = (self.controller.alter_isr(message["topic"], message["partition"],
-                                               channel.index, message["leader_epoch"],
-                                               message["isr"])
-                     if isinstance(self.controller, FleetDecisions)
-                     else ErrorCode.INVALID_REQUEST)
-            reply = {"error": int(error)}
-        else:
-            raise ControlChannelError(f"unknown request {op!r} from worker {channel.index}")
-        channel.send({"op": "reply", "id": message.get("id"), **reply})
+    def _serve(self, channel: WorkerChannel, message: Message) -> None:
+        handler = self._handlers.get(type(message))
+        if handler is None:
+            raise ControlChannelError(f"{type(message).__name__} is not a request "
+                                      f"(from worker {channel.index})")
+        reply = handler(channel, message)
+        if reply is not None:
+            channel.send(reply)
+
+    # one handler per request ---------------------------------------------------------------
+
+    def _create_topic(self, channel: WorkerChannel, request: CreateTopic) -> Reply:
+        return _answer(request, self.controller.create_topic(
+            request.name, request.partitions, request.replication_factor, request.configs,
+            validate_only=request.validate_only))
+
+    def _delete_topic(self, channel: WorkerChannel, request: DeleteTopic) -> Reply:
+        return _answer(request, self.controller.delete_topic(request.name))
+
+    def _create_partitions(self, channel: WorkerChannel, request: CreatePartitions) -> Reply:
+        return _answer(request, self.controller.create_partitions(
+            request.name, request.count, validate_only=request.validate_only))
+
+    def _allocate_producer_id(self, channel: WorkerChannel,
+                              request: AllocateProducerId) -> Reply:
+        return Reply(request.id, producer_id=self.controller.allocate_producer_id())
+
+    def _alter_partition(self, channel: WorkerChannel, request: AlterPartition) -> Reply:
+        leader = node_id_for(self.broker_id, channel.index)
+        return Reply(request.id, error=self.controller.alter_partition(request, leader))
+
+    def _ready(self, channel: WorkerChannel, message: Ready) -> None:
+        channel.ready = True
+        self.on_ready(channel.index)
+
+    # broadcasts ----------------------------------------------------------------------------
 
     def _broadcast_change(self, name, info) -> None:
-        self.broadcast({"op": "topic_deleted", "name": name} if info is None
-                       else {"op": "topic", "info": topic_to_message(info)})
+        self.broadcast(TopicDeleted(name) if info is None else TopicChanged(info))
 
-    def broadcast(self, message: dict) -> None:
+    def broadcast(self, message: Message) -> None:
         for channel in list(self.channels.values()):
             try:
                 channel.send(message)
             except OSError as exc:
                 log.info("cannot tell worker %d: %s", channel.index, exc)
                 self.detach(channel.index)
+
+
+def _answer(request: CreateTopic | DeleteTopic | CreatePartitions, result: TopicResult) -> Reply:
+    return Reply(request.id, error=result.error, message=result.message)

@@ -18,7 +18,7 @@ import socket
 import sys
 
 from appliance.config import BrokerConfig
-from appliance.controller.channel import ControlChannelError
+from appliance.controller.channel import ControlChannelError, Ready
 from appliance.controller.client import ControllerClient
 from appliance.exit_codes import BOOT_ERROR, DISK_FAILED, OK
 from appliance.segments.errors import StorageError
@@ -73,7 +73,7 @@ async def _serve(worker: Worker, sock, controller: ControllerClient, region) -> 
     await worker.serve(sock)
     heartbeat = asyncio.ensure_future(_beat(region, worker.index))
     region.worker_serving(worker.index)
-    controller.tell({"op": "ready"})
+    controller.tell(Ready())
     log.info("worker %d serving %d partition(s) on port %d (node %d)", worker.index,
              len(worker.partitions), worker.bound_port, worker.node_id)
     await stop.wait()

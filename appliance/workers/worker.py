@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from appliance.config import BrokerConfig
+from appliance.controller.channel import Reload
 from appliance.controller.interface import Controller
 from appliance.controller.topics import FleetNode, TopicInfo, appliance_rack
 from appliance.identity import node_id_for
@@ -182,12 +183,11 @@ class Worker:
         self.controller.add_listener(self._on_topic_change)
         self.controller.add_reload_listener(self._on_reload)
 
-    def _on_reload(self, settings: dict) -> None:
+    def _on_reload(self, reload: Reload) -> None:
         """Apply what a SIGHUP reloaded: defaults for new decisions, the retention period."""
         self.config = dataclasses.replace(
-            self.config, log_defaults=self.controller.defaults,
-            num_partitions=settings["num_partitions"],
-            log_retention_check_interval_ms=settings["log_retention_check_interval_ms"])
+            self.config, log_defaults=reload.log_defaults, num_partitions=reload.num_partitions,
+            log_retention_check_interval_ms=reload.log_retention_check_interval_ms)
         self.partitions.defaults = self.controller.defaults
         log.info("worker %d reloaded its settings", self.index)
 

@@ -13,7 +13,14 @@ from __future__ import annotations
 import socket
 import threading
 
-from appliance.controller.channel import MessageReader, encode
+from appliance.controller.channel import (
+    AllocateProducerId,
+    AlterPartition,
+    Message,
+    MessageReader,
+    Reply,
+    encode,
+)
 from appliance.controller.client import ControllerClient
 from appliance.segments.config import LogConfig
 from klog.protocol.error_codes import ErrorCode
@@ -26,15 +33,15 @@ class SupervisorEnd:
         self.sock = sock
         self.reader = MessageReader()
 
-    def requests(self, count: int) -> list[dict]:
-        found: list[dict] = []
+    def requests(self, count: int) -> list[Message]:
+        found: list[Message] = []
         while len(found) < count:
             self.reader.feed(self.sock.recv(1 << 16))
             found += list(self.reader.messages())
         return found
 
-    def reply(self, request: dict, **fields) -> None:
-        self.sock.sendall(encode({"op": "reply", "id": request["id"], **fields}))
+    def reply(self, request: Message, **fields) -> None:
+        self.sock.sendall(encode(Reply(request.id, **fields)))
 
 
 def pair():
@@ -47,11 +54,11 @@ def pair():
 def test_an_isr_change_is_answered_through_its_callback_without_waiting():
     client, supervisor = pair()
     answers: list[ErrorCode] = []
-    client.alter_isr("t", 0, 3, [101, 201], answers.append)  # returns at once
+    client.alter_partition(AlterPartition("t", 0, 3, (101, 201)), answers.append)  # at once
     (request,) = supervisor.requests(1)
-    assert request["op"] == "alter_isr" and request["isr"] == [101, 201] and answers == []
+    assert request == AlterPartition("t", 0, 3, (101, 201), id=request.id) and answers == []
     client.pump()  # nothing yet
-    supervisor.reply(request, error=int(ErrorCode.FENCED_LEADER_EPOCH))
+    supervisor.reply(request, error=ErrorCode.FENCED_LEADER_EPOCH)
     client.pump()  # the loop's reader callback, once the answer is there
     assert answers == [ErrorCode.FENCED_LEADER_EPOCH]
 
@@ -59,13 +66,13 @@ def test_an_isr_change_is_answered_through_its_callback_without_waiting():
 def test_a_blocking_request_meanwhile_gets_its_own_answer():
     client, supervisor = pair()
     answers: list[ErrorCode] = []
-    client.alter_isr("t", 0, 3, [101], answers.append)
+    client.alter_partition(AlterPartition("t", 0, 3, (101,)), answers.append)
     got = {}
     asking = threading.Thread(target=lambda: got.update(id=client.allocate_producer_id()))
     asking.start()
     isr, producer_id = supervisor.requests(2)
-    assert (isr["op"], producer_id["op"]) == ("alter_isr", "allocate_producer_id")
-    supervisor.reply(isr, error=0)  # in order, as the supervisor answers
+    assert (type(isr), type(producer_id)) == (AlterPartition, AllocateProducerId)
+    supervisor.reply(isr, error=ErrorCode.NONE)  # in order, as the supervisor answers
     supervisor.reply(producer_id, producer_id=7)
     asking.join(10)
     assert got == {"id": 7} and answers == [ErrorCode.NONE]
