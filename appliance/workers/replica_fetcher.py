@@ -314,7 +314,7 @@ class ReplicaFetcher:
                     self._compare_again(key)
                     return False
                 if headers:
-                    owned.log.append_replica(records, now_ms=self.worker.now_ms())
+                    owned.log.append(records, now_ms=self.worker.now_ms(), assign_offsets=False)
                     self.replication.appended(key, owned, headers)
             except (CorruptRecordError, CorruptBatchError, StorageError) as exc:
                 log.error("%s-%d: cannot append the leader's batches: %s", *key, exc)
