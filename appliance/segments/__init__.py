@@ -21,7 +21,8 @@ path), ``lookup``, ``recovery_scan`` (finding a segment's valid end, reports),
 ``segment_repair`` (recovery depths, index rebuilds, truncation), ``log_loader``, ``policy``
 (pure roll, retention and flush decisions), ``validation`` (checking an append),
 ``segment_list``, ``log`` (PartitionLog), ``log_reads`` (its read methods), ``retention``,
-``group_commit``, ``faults``, ``attach`` (opening on published numbers), ``readable``
+``group_commit``, ``leader_epochs``, ``checkpoint_file`` (Kafka's checkpoint text format),
+``faults``, ``attach`` (opening on published numbers), ``readable``
 (ReadableLog: what a Fetch reads, owned or not), ``read_only_segment`` and
 ``non_owner_reader`` (PartitionReader: reads by a process that is not the owner).
 """
