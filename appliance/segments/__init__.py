@@ -6,7 +6,8 @@ Public API::
     info = log.append(records, now_ms=...)    # AppendInfo(base_offset, last_offset, ...)
     piece = log.read(offset, max_bytes)       # ReadSlice(fd, position, length, ...): sendfile
     log.offset_for_timestamp(ts_ms)           # (offset, timestamp) | None
-    GroupCommitter().request(log, info.last_offset)  # Future: resolved once durable
+    synced = committer.durable(log, info.last_offset)  # on the loop: None if durable already,
+    await synced                              # else an asyncio Future resolved once durable
     numbers = log.snapshot()                  # LogSnapshot: what the owner publishes (shm)
 
     # another process, from the directory and the published numbers only:

@@ -225,7 +225,9 @@ class GroupCoordinator:
 
     async def durable(self, partition: int, last_offset: int) -> None:
         owned = self.worker.partitions.get(OFFSETS_TOPIC, partition)
-        await asyncio.wrap_future(self.worker.committer.request(owned.log, last_offset))
+        synced = self.worker.committer.durable(owned.log, last_offset)
+        if synced is not None:
+            await synced
 
     async def _committed(self, partition: int, last_offset: int) -> None:
         """Durable here, then committed: the high watermark passed ``last_offset`` (every

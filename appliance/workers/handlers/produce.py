@@ -116,28 +116,30 @@ def _sync_failed(response, error: BaseException) -> None:
 
 def _after_local_sync(worker, to_sync, result, timeout_ms):
     """Single copies (the appliance alone): the answer once every appended partition is on
-    disk, as an asyncio future that the group committer's callbacks resolve on this loop; no
-    task, no ``concurrent.futures.Future`` and one wake-up of the loop per sync round, not per
-    request (issue 14: a quarter of a worker's instructions per acks=all request went there).
+    disk, as an asyncio future that done-callbacks of the group committer's futures resolve;
+    no task, no ``concurrent.futures.Future`` and one wake-up of the loop per sync round, not
+    per request (issue 14: a quarter of a worker's instructions per acks=all request went there).
     A partition that became replicated meanwhile still waits for its high watermark
     (`_committed`)."""
     loop = asyncio.get_running_loop()
     answer = loop.create_future()
     left = len(to_sync)
 
-    def synced(response, outcome) -> None:
+    def synced(response, future) -> None:
         nonlocal left
-        if isinstance(outcome, BaseException):
-            _sync_failed(response, outcome)
+        if future.exception() is not None:
+            _sync_failed(response, future.exception())
         left -= 1
         if left == 0:
             _answer_when_committed(worker, to_sync, result, timeout_ms, answer)
 
     for topic, index, last_offset, response in to_sync:
         owned = worker.partitions.get(topic, index)
-        if not worker.committer.request_on_loop(owned.log, last_offset, loop,
-                                                partial(synced, response)):
+        durable = worker.committer.durable(owned.log, last_offset)
+        if durable is None:
             left -= 1  # durable already
+        else:
+            durable.add_done_callback(partial(synced, response))
     if left == 0:
         _answer_when_committed(worker, to_sync, result, timeout_ms, answer)
     return answer
@@ -177,7 +179,8 @@ async def _after_sync(worker, to_sync, replicated, result, timeout_ms=30_000):
             response.base_offset = -1
             futures.append(asyncio.sleep(0))
             continue
-        futures.append(asyncio.wrap_future(worker.committer.request(owned.log, last_offset)))
+        durable = worker.committer.durable(owned.log, last_offset)
+        futures.append(asyncio.sleep(0) if durable is None else durable)
     outcomes = await asyncio.gather(*futures, return_exceptions=True)
     for (_, _, _, response), outcome in zip(to_sync, outcomes):
         if isinstance(outcome, BaseException):
