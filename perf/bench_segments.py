@@ -93,7 +93,9 @@ async def _producers(log: PartitionLog, committer: GroupCommitter, batch: bytes,
         nonlocal done
         while time.perf_counter() < deadline:
             info = log.append(batch, now_ms=0)
-            await asyncio.wrap_future(committer.request(log, info.last_offset))
+            synced = committer.durable(log, info.last_offset)
+            if synced is not None:
+                await synced
             done += 1
 
     await asyncio.gather(*(producer() for _ in range(clients)))

@@ -6,7 +6,8 @@ Public API::
     info = log.append(records, now_ms=...)    # AppendInfo(base_offset, last_offset, ...)
     piece = log.read(offset, max_bytes)       # ReadSlice(fd, position, length, ...): sendfile
     log.offset_for_timestamp(ts_ms)           # (offset, timestamp) | None
-    GroupCommitter().request(log, info.last_offset)  # Future: resolved once durable
+    synced = committer.durable(log, info.last_offset)  # on the loop: None if durable already,
+    await synced                              # else an asyncio Future resolved once durable
     numbers = log.snapshot()                  # LogSnapshot: what the owner publishes (shm)
 
     # another process, from the directory and the published numbers only:
@@ -21,7 +22,8 @@ path), ``lookup``, ``recovery_scan`` (finding a segment's valid end, reports),
 ``segment_repair`` (recovery depths, index rebuilds, truncation), ``log_loader``, ``policy``
 (pure roll, retention and flush decisions), ``validation`` (checking an append),
 ``segment_list``, ``log`` (PartitionLog), ``log_reads`` (its read methods), ``retention``,
-``group_commit``, ``faults``, ``attach`` (opening on published numbers), ``readable``
+``group_commit``, ``leader_epochs``, ``checkpoint_file`` (Kafka's checkpoint text format),
+``faults``, ``attach`` (opening on published numbers), ``readable``
 (ReadableLog: what a Fetch reads, owned or not), ``read_only_segment`` and
 ``non_owner_reader`` (PartitionReader: reads by a process that is not the owner).
 """

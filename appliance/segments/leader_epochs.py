@@ -1,7 +1,8 @@
 """The leader-epoch cache of a partition: at which offset each leader epoch began.
 
-Kafka's `leader-epoch-checkpoint` in the partition directory, in Kafka's text format (a
-version line `0`, a count line, then `epoch start_offset` per line), so its tools read it.
+Kafka's `leader-epoch-checkpoint` in the partition directory, in Kafka's checkpoint format
+(`checkpoint_file.py`: a version line `0`, a count line, then `epoch start_offset` per line),
+so its tools read it.
 A replica truncates by it (KIP-101): a follower asks its leader where the follower's latest
 epoch ends in the leader's log and cuts its own log there, instead of cutting to its high
 watermark, which lost acknowledged records when two replicas failed in turn.
@@ -20,12 +21,11 @@ import bisect
 import logging
 import os
 
-from .layout import replace_durably
+from .checkpoint_file import read_entries, write_entries
 
 log = logging.getLogger("klog.segments")
 
 CHECKPOINT_FILE = "leader-epoch-checkpoint"
-_VERSION = 0
 UNDEFINED_EPOCH = -1
 UNDEFINED_OFFSET = -1
 
@@ -140,22 +140,15 @@ class LeaderEpochCache:
     def _write(self) -> None:
         if not os.path.isdir(self.directory):
             return  # the log was deleted meanwhile
-        replace_durably(self.path, f"{_VERSION}\n{len(self.entries)}\n" + "".join(
-            f"{epoch} {start}\n" for epoch, start in self.entries))
+        write_entries(self.path, self.entries)
 
 
 def _parse(path: str) -> list[tuple[int, int]]:
-    with open(path, encoding="ascii") as f:
-        lines = [line.strip() for line in f.read().splitlines() if line.strip()]
-    if len(lines) < 2 or lines[0] != str(_VERSION):
-        raise ValueError(f"expected version {_VERSION} and a count")
-    count = int(lines[1])
-    if count != len(lines) - 2:
-        raise ValueError(f"{count} entries announced, {len(lines) - 2} found")
-    entries = []
-    for line in lines[2:]:
-        epoch, start = (int(x) for x in line.split())
+    """The checkpoint's entries; ValueError also when they are not increasing integers."""
+    entries: list[tuple[int, int]] = []
+    for fields in read_entries(path, fields=2):
+        epoch, start = int(fields[0]), int(fields[1])
         if entries and (epoch <= entries[-1][0] or start < entries[-1][1]):
-            raise ValueError(f"entry {line!r} out of order")
+            raise ValueError(f"{path}: entry {epoch} {start} out of order")
         entries.append((epoch, start))
     return entries

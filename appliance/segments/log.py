@@ -184,54 +184,27 @@ class PartitionLog:
 
     # -- appending --------------------------------------------------------------------------
 
-    def append(self, records, *, now_ms: int, leader_epoch: int | None = None) -> AppendInfo:
-        """Append the batches of a Produce request's records field (one or more v2 batches back
-        to back). Every batch is checked before anything is written; the first bad one rejects
-        the whole append (CorruptRecordError, RecordTooLargeError). Raises StorageError when
-        the disk fails, LogClosedError after close."""
-        if self._closed:
-            raise LogClosedError(self.directory)
-        view = memoryview(records)
-        if view.format != "B" or view.ndim != 1:
-            view = view.cast("B")
-        config = self.config
-        spans, record_count, offset_count = validate_append(
-            view, path=self.directory, segment_bytes=config.segment_bytes,
-            max_message_bytes=config.max_message_bytes)
-        first, segment = self._log_end_offset, self.segments.active
-        if policy.roll_reason(
-            size_bytes=segment.size, append_bytes=len(view), now_ms=now_ms,
-            rolling_base_ms=segment.rolling_base_ms, index_full=segment.index_full,
-            relative_last_offset=first + offset_count - 1 - segment.base_offset,
-            segment_bytes=config.segment_bytes, segment_ms=config.segment_ms,
-        ):
-            segment = self._roll(now_ms)
-        append_time = now_ms if config.log_append_time else None
-        try:
-            segment.append(view, spans, first, append_time_ms=append_time,
-                           leader_epoch=leader_epoch)
-        except OSError as exc:
-            with contextlib.suppress(OSError):  # best effort: recovery would cut them anyway
-                segment.discard_tail(segment.size, segment.size + len(view))
-            raise StorageError.from_os_error(exc, path=segment.path, operation="append to") from exc
-        self._log_end_offset = segment.next_offset
-        if not self.hold_high_watermark:
-            self._high_watermark = self._log_end_offset
-        self._unflushed_messages += record_count
-        if self._flush_policy:
-            self.flush_if_due(now_ms=now_ms)
-        return AppendInfo(first, self._log_end_offset - 1,
-                          -1 if append_time is None else append_time,
-                          record_count, len(spans), self._log_start_offset)
+    def append(self, records, *, now_ms: int, leader_epoch: int | None = None,
+               assign_offsets: bool = True) -> AppendInfo:
+        """Append record batches (v2, back to back): the one write path of the log. Every
+        batch is checked first (CRC, lengths, size limits); the first bad one rejects the
+        whole append and nothing is written.
 
-    def append_replica(self, records, *, now_ms: int) -> AppendInfo:
-        """A follower's append: the leader's batches as they are, offsets and leader epochs
-        kept. Each batch is checked as a produced one (CRC, lengths) and must continue the log
-        exactly (its base offset is the log end, then each batch follows the previous one);
-        otherwise CorruptRecordError and nothing is written. A batch opening a newer leader
-        epoch adds it to the leader-epoch cache first. The high watermark is not moved: the
-        leader's fetch responses move it (:meth:`set_high_watermark`). Raises StorageError,
-        LogClosedError as :meth:`append`."""
+        ``assign_offsets=True``, a leader's append of a Produce request's records field: the
+        batches get the next offsets (``baseOffset`` patched), LogAppendTime stamped when the
+        topic says so, ``leader_epoch`` (if given) as their partitionLeaderEpoch; the high
+        watermark follows the log end unless :attr:`hold_high_watermark`.
+
+        ``assign_offsets=False``, a follower's append: the leader's batches as they are,
+        offsets, timestamps and leader epochs kept. Each must continue the log exactly (its
+        base offset is the log end, then each batch follows the previous one), otherwise
+        CorruptRecordError and nothing is written. A batch opening a newer leader epoch adds
+        it to the leader-epoch cache first. The high watermark is not moved: the leader's fetch
+        responses move it (:meth:`set_high_watermark`). ``leader_epoch`` must be None
+        (ValueError).
+
+        Raises CorruptRecordError, RecordTooLargeError; StorageError when the disk fails (the
+        log stays as it was, see the module docstring); LogClosedError after close."""
         if self._closed:
             raise LogClosedError(self.directory)
         view = memoryview(records)
@@ -242,6 +215,44 @@ class PartitionLog:
             view, path=self.directory, segment_bytes=config.segment_bytes,
             max_message_bytes=config.max_message_bytes)
         first = self._log_end_offset
+        if assign_offsets:
+            append_time = now_ms if config.log_append_time else None
+        else:
+            if leader_epoch is not None:
+                raise ValueError(f"{self.directory}: a follower's append keeps the leader's "
+                                 f"epochs; leader_epoch must be None, not {leader_epoch}")
+            self._check_continues(view, spans, first)
+            append_time = None
+        segment = self.segments.active
+        if policy.roll_reason(
+            size_bytes=segment.size, append_bytes=len(view), now_ms=now_ms,
+            rolling_base_ms=segment.rolling_base_ms, index_full=segment.index_full,
+            relative_last_offset=first + offset_count - 1 - segment.base_offset,
+            segment_bytes=config.segment_bytes, segment_ms=config.segment_ms,
+        ):
+            segment = self._roll(now_ms)
+        try:
+            segment.append(view, spans, first, append_time_ms=append_time,
+                           leader_epoch=leader_epoch)
+        except OSError as exc:
+            with contextlib.suppress(OSError):  # best effort: recovery would cut them anyway
+                segment.discard_tail(segment.size, segment.size + len(view))
+            raise StorageError.from_os_error(exc, path=segment.path, operation="append to") from exc
+        self._log_end_offset = segment.next_offset
+        if assign_offsets and not self.hold_high_watermark:
+            self._high_watermark = self._log_end_offset
+        self._unflushed_messages += record_count
+        if self._flush_policy:
+            self.flush_if_due(now_ms=now_ms)
+        return AppendInfo(first, self._log_end_offset - 1,
+                          -1 if append_time is None else append_time,
+                          record_count, len(spans), self._log_start_offset)
+
+    def _check_continues(self, view: memoryview, spans: list, first: int) -> None:
+        """A follower's batches must continue the log from ``first``, batch after batch
+        (CorruptRecordError naming the batch otherwise); a batch opening a newer leader epoch
+        is assigned in the leader-epoch cache (StorageError if its checkpoint cannot be
+        written). Per batch: one header read."""
         expected = first
         for rel, _, delta, _ in spans:
             header = rb.read_header(view[rel:])
@@ -253,26 +264,6 @@ class PartitionLog:
                 with storage_errors(self.directory, "write the leader-epoch checkpoint in"):
                     self.leader_epochs.assign(header.partition_leader_epoch, expected)
             expected += delta + 1
-        segment = self.segments.active
-        if policy.roll_reason(
-            size_bytes=segment.size, append_bytes=len(view), now_ms=now_ms,
-            rolling_base_ms=segment.rolling_base_ms, index_full=segment.index_full,
-            relative_last_offset=first + offset_count - 1 - segment.base_offset,
-            segment_bytes=config.segment_bytes, segment_ms=config.segment_ms,
-        ):
-            segment = self._roll(now_ms)
-        try:
-            segment.append(view, spans, first, append_time_ms=None, leader_epoch=None)
-        except OSError as exc:
-            with contextlib.suppress(OSError):
-                segment.discard_tail(segment.size, segment.size + len(view))
-            raise StorageError.from_os_error(exc, path=segment.path, operation="append to") from exc
-        self._log_end_offset = segment.next_offset
-        self._unflushed_messages += record_count
-        if self._flush_policy:
-            self.flush_if_due(now_ms=now_ms)
-        return AppendInfo(first, self._log_end_offset - 1, -1, record_count, len(spans),
-                          self._log_start_offset)
 
     # -- replication: leader epochs and the high watermark ------------------------------------
 

@@ -1,4 +1,5 @@
-"""GroupCommitter: many requests share one fdatasync per dirty log; errors reach the waiters."""
+"""GroupCommitter: many waiters share one fdatasync per dirty log, one wake-up of each loop per
+round; errors reach exactly the waiters of the failed sync."""
 
 from __future__ import annotations
 
@@ -10,79 +11,144 @@ import time
 
 import pytest
 
-from appliance.segments import GroupCommitter, StorageError, faults
+from appliance.segments import GroupCommitter, LogClosedError, PartitionLog, StorageError, faults
 
 from .batches import make_batch
+from .conftest import SMALL
 
 
-def test_requests_resolve_once_durable_and_share_syncs(open_log, monkeypatch):
+def count_wakeups(monkeypatch, loop) -> list:
+    """The committer's wake-ups of ``loop`` (its calls of call_soon_threadsafe)."""
+    wakeups = []
+    real = loop.call_soon_threadsafe
+    monkeypatch.setattr(loop, "call_soon_threadsafe",
+                        lambda *a: (wakeups.append(a), real(*a))[1])
+    return wakeups
+
+
+def test_waiters_of_one_round_share_one_sync_and_one_wakeup(open_log, monkeypatch):
     log = open_log()
     syncs = []
-    gate = threading.Event()
+    syncing, gate = threading.Event(), threading.Event()
     real = os.fdatasync
 
     def slow_fdatasync(fd):
+        syncing.set()
         gate.wait(5)
         syncs.append(fd)
         real(fd)
 
     monkeypatch.setattr(os, "fdatasync", slow_fdatasync)
-    with GroupCommitter() as committer:
-        futures = []
+
+    async def produce(committer):
+        first = committer.durable(log, log.append(make_batch(), now_ms=0).last_offset)
+        # the first round is in its fdatasync: the rest share the next one
+        await asyncio.get_running_loop().run_in_executor(None, syncing.wait, 5)
+        wakeups = count_wakeups(monkeypatch, asyncio.get_running_loop())
         started = time.monotonic()
-        for _ in range(50):  # rolls included: appends never wait for a running fdatasync
+        futures = []
+        for _ in range(49):  # rolls included: appends never wait for a running fdatasync
             info = log.append(make_batch(payload=bytes(100)), now_ms=0)
-            futures.append(committer.request(log, info.last_offset))
+            futures.append(committer.durable(log, info.last_offset))
         assert time.monotonic() - started < 2 and log.segment_count > 1
         gate.set()
-        assert [f.result(5) for f in futures][-1] == 50
+        return await first, await asyncio.gather(*futures), len(wakeups)
+
+    with GroupCommitter() as committer:
+        first, rest, wakeups = asyncio.run(produce(committer))
         stats = committer.statistics()
+    assert (first, rest) == (1, [50] * 49)  # each resolved with the new recovery point
     assert log.recovery_point == 50
-    assert stats.requests == 50 and stats.syncs <= 2  # the first round may start before the rest
+    assert wakeups == 2  # one per round, not one per waiter
+    assert (stats.requests, stats.immediate, stats.rounds, stats.syncs) == (50, 0, 2, 2)
     assert len(syncs) <= 3  # a roll may have made a second segment dirty
-    with GroupCommitter() as committer:  # already durable: resolved at once
-        assert committer.request(log, 10).result(0) == 50
-        assert committer.statistics().immediate == 1
 
 
-def test_several_logs_and_threads(open_log, tmp_path):
-    from appliance.segments import PartitionLog
+def test_already_durable_is_none(open_log):
+    log = open_log()
+    log.append(make_batch(records=3), now_ms=0)
+    log.flush()
 
-    from .conftest import SMALL
+    async def ask(committer):
+        return committer.durable(log, 2), committer.durable(log, 3)
 
+    with GroupCommitter() as committer:
+        durable, pending = asyncio.run(ask(committer))
+        stats = committer.statistics()
+    assert durable is None
+    assert isinstance(pending, asyncio.Future)  # offset 3 is not even appended: it waits
+    assert (stats.requests, stats.immediate) == (2, 1)
+
+
+def test_several_logs_on_several_loops(open_log, tmp_path):
     logs = [open_log()]
     logs += [PartitionLog.open(str(tmp_path / f"t-{i}"), SMALL, now_ms=0) for i in (1, 2)]
+    results = []
+
+    async def appender(committer, log):
+        for _ in range(30):
+            info = log.append(make_batch(), now_ms=0)
+            results.append(await committer.durable(log, info.last_offset))
+
     with GroupCommitter() as committer:
-        results = []
-
-        def appender(log):
-            for _ in range(30):
-                info = log.append(make_batch(), now_ms=0)
-                results.append(committer.request(log, info.last_offset))
-
-        threads = [threading.Thread(target=appender, args=(log,)) for log in logs]
+        threads = [threading.Thread(target=asyncio.run, args=(appender(committer, log),))
+                   for log in logs]
         for t in threads:
             t.start()
         for t in threads:
-            t.join()
-        for future in results:
-            future.result(5)
+            t.join(10)
+    assert sorted(results) == sorted(list(range(1, 31)) * 3)
     for log in logs:
         assert log.recovery_point == 30
     for log in logs[1:]:
         log.close()
 
 
-def test_a_failed_sync_fails_its_waiters_and_the_next_one_retries(open_log):
-    log = open_log()
-    with GroupCommitter() as committer:
-        faults.arm("log.flush.before_sync", OSError(errno.EIO, "injected"))
-        info = log.append(make_batch(), now_ms=0)
-        with pytest.raises(StorageError, match="injected|EIO"):
-            committer.request(log, info.last_offset).result(5)
-        assert log.recovery_point == 0
-        assert committer.request(log, info.last_offset).result(5) == 1
-        assert committer.statistics().failures == 1
+def test_a_failed_sync_fails_that_logs_waiters_of_that_round(open_log, tmp_path, monkeypatch):
+    """Two logs in one round: the one whose fdatasync fails fails its waiters with the
+    StorageError, the other's waiters are resolved; the next request retries the sync."""
+    good = open_log()
+    bad = PartitionLog.open(str(tmp_path / "bad-0"), SMALL, now_ms=0)
+    syncing, gate = threading.Event(), threading.Event()
+    real = os.fdatasync
+    bad_fd = bad.segments.active.fd
+    failed = []
+
+    def fdatasync(fd):
+        syncing.set()
+        gate.wait(5)
+        if fd == bad_fd and not failed:  # the bad log's first sync only
+            failed.append(fd)
+            raise OSError(errno.EIO, "Input/output error")
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+
+    async def produce(committer):
+        blocker = committer.durable(good, good.append(make_batch(), now_ms=0).last_offset)
+        # the first round waits at the gate: the next one holds both logs
+        await asyncio.get_running_loop().run_in_executor(None, syncing.wait, 5)
+        waiters = []
+        for _ in range(3):
+            waiters.append(committer.durable(good, good.append(make_batch(), now_ms=0).last_offset))
+            waiters.append(committer.durable(bad, bad.append(make_batch(), now_ms=0).last_offset))
+        gate.set()
+        await blocker
+        outcomes = await asyncio.gather(*waiters, return_exceptions=True)
+        retried = await committer.durable(bad, bad.log_end_offset - 1)
+        return outcomes, retried
+
+    try:
+        with GroupCommitter() as committer:
+            outcomes, retried = asyncio.run(produce(committer))
+            stats = committer.statistics()
+    finally:
+        bad.close()
+    assert outcomes[0::2] == [4, 4, 4]  # the good log's waiters
+    failed = outcomes[1::2]
+    assert all(isinstance(e, StorageError) and "EIO" in str(e) for e in failed)
+    assert failed[0] is failed[1] is failed[2]  # one sync, one error, all its waiters
+    assert retried == 3 and stats.failures == 1
 
 
 def test_storage_errors_reach_the_waiters(open_log, monkeypatch):
@@ -92,35 +158,37 @@ def test_storage_errors_reach_the_waiters(open_log, monkeypatch):
         raise OSError(errno.EIO, "Input/output error")
 
     monkeypatch.setattr(os, "fdatasync", failing)
-    with GroupCommitter() as committer:
-        info = log.append(make_batch(), now_ms=0)
-        with pytest.raises(StorageError, match="fdatasync .*EIO"):
-            committer.request(log, info.last_offset).result(5)
+
+    async def produce(committer):
+        await committer.durable(log, log.append(make_batch(), now_ms=0).last_offset)
+
+    with GroupCommitter() as committer, pytest.raises(StorageError, match="fdatasync .*EIO"):
+        asyncio.run(produce(committer))
+    assert log.recovery_point == 0
 
 
-def test_usable_from_asyncio(open_log):
+def test_an_injected_failure_then_a_retry(open_log):
     log = open_log()
-    committer = GroupCommitter()
 
-    async def produce():
-        infos = [log.append(make_batch(), now_ms=0) for _ in range(10)]
-        done = await asyncio.gather(
-            *(asyncio.wrap_future(committer.request(log, i.last_offset)) for i in infos)
-        )
-        return done
+    async def produce(committer):
+        info = log.append(make_batch(), now_ms=0)
+        faults.arm("log.flush.before_sync", OSError(errno.EIO, "injected"))
+        with pytest.raises(StorageError, match="injected|EIO"):
+            await committer.durable(log, info.last_offset)
+        assert log.recovery_point == 0
+        return await committer.durable(log, info.last_offset)
 
-    assert asyncio.run(produce()) == [10] * 10
-    committer.close()
-    with pytest.raises(RuntimeError, match="closed"):
-        committer.request(log, 0)
+    with GroupCommitter() as committer:
+        assert asyncio.run(produce(committer)) == 1
+        assert committer.statistics().failures == 1
 
 
 @pytest.mark.parametrize("when", ["queued", "syncing"])
 def test_a_waiter_that_gives_up_leaves_the_committer_serving(open_log, monkeypatch, when):
-    """An asyncio waiter cancelled (its client went away mid-produce or mid-commit) cancels
-    the request's future through wrap_future, before its round or while it syncs. The
-    committer skips it and goes on: resolving it anyway raised InvalidStateError and killed
-    the sync thread, so every later acks=all produce and offset commit of that worker waited
+    """A waiter cancelled (its client went away mid-produce or mid-commit) before its round
+    or while it syncs: the sync is made anyway, the committer leaves the cancelled future
+    alone and serves the others. Settling it anyway raised InvalidStateError and killed the
+    sync thread, so every later acks=all produce and offset commit of that worker waited
     forever (seen in tests/faults)."""
     log = open_log()
     syncing, gate = threading.Event(), threading.Event()
@@ -134,26 +202,26 @@ def test_a_waiter_that_gives_up_leaves_the_committer_serving(open_log, monkeypat
     monkeypatch.setattr(os, "fdatasync", slow_fdatasync)
     committer = GroupCommitter()
 
-    async def give_up() -> None:
-        busy = committer.request(log, log.append(make_batch(), now_ms=0).last_offset)
+    async def give_up() -> int:
+        busy = committer.durable(log, log.append(make_batch(), now_ms=0).last_offset)
         await asyncio.get_running_loop().run_in_executor(None, syncing.wait, 5)
         if when == "syncing":  # the round that holds it is running
-            request = busy
-        else:  # it waits for the next round
-            request = committer.request(log, log.append(make_batch(), now_ms=0).last_offset)
-        waiter = asyncio.ensure_future(asyncio.wrap_future(request))
-        await asyncio.sleep(0)
-        waiter.cancel()
-        await asyncio.sleep(0)
+            request, other = busy, None
+        else:  # it waits for the next round, with another waiter of the same round
+            request = committer.durable(log, log.append(make_batch(), now_ms=0).last_offset)
+            other = committer.durable(log, log.append(make_batch(), now_ms=0).last_offset)
+        request.cancel()
         gate.set()
-        # queued: dropped; syncing: too late to cancel, it is resolved as the others
-        assert request.cancelled() == (when == "queued")
-        await asyncio.wrap_future(busy)
+        if other is not None:
+            assert await asyncio.wait_for(other, 5) == log.log_end_offset
+        else:
+            await asyncio.sleep(0.2)
+        assert request.cancelled()
+        later = committer.durable(log, log.append(make_batch(), now_ms=0).last_offset)
+        return await asyncio.wait_for(later, 5)
 
     try:
-        asyncio.run(give_up())
-        later = committer.request(log, log.append(make_batch(), now_ms=0).last_offset)
-        assert later.result(5) == log.log_end_offset
+        assert asyncio.run(give_up()) == log.log_end_offset
     finally:
         gate.set()
         committer.close(5)
@@ -162,111 +230,33 @@ def test_a_waiter_that_gives_up_leaves_the_committer_serving(open_log, monkeypat
 def test_close_serves_what_is_pending_and_closed_logs_fail(open_log):
     log = open_log()
     committer = GroupCommitter()
-    info = log.append(make_batch(), now_ms=0)
-    future = committer.request(log, info.last_offset)
-    committer.close()
-    assert future.result(0) == 1
+
+    async def close_while_waiting():
+        synced = committer.durable(log, log.append(make_batch(), now_ms=0).last_offset)
+        committer.close()
+        return await synced
+
+    assert asyncio.run(close_while_waiting()) == 1
     log.append(make_batch(), now_ms=0)
     log.close()
-    with GroupCommitter() as committer:
-        from appliance.segments import LogClosedError
 
-        with pytest.raises(LogClosedError):
-            committer.request(log, 5).result(5)
+    async def on_a_closed_log(another):
+        await another.durable(log, 1)
 
-
-def test_request_on_loop_calls_back_on_the_loop_once_per_round(open_log, monkeypatch):
-    log = open_log()
-    gate = threading.Event()
-    real = os.fdatasync
-    monkeypatch.setattr(os, "fdatasync", lambda fd: (gate.wait(5), real(fd)))
-    wakeups = []
-
-    async def produce(committer):
-        loop = asyncio.get_running_loop()
-        real_call = loop.call_soon_threadsafe
-        monkeypatch.setattr(loop, "call_soon_threadsafe",
-                            lambda *a: (wakeups.append(a), real_call(*a))[1])
-        done = loop.create_future()
-        seen = []
-
-        def synced(outcome):
-            seen.append((outcome, threading.get_ident()))
-            if len(seen) == 10:
-                done.set_result(None)
-
-        first = log.append(make_batch(), now_ms=0)
-        assert committer.request_on_loop(log, first.last_offset, loop, synced)
-        await asyncio.sleep(0.2)  # the first round is in its fdatasync: the rest share one
-        for _ in range(9):
-            info = log.append(make_batch(), now_ms=0)
-            assert committer.request_on_loop(log, info.last_offset, loop, synced)
-        gate.set()
-        await asyncio.wait_for(done, 10)
-        assert not committer.request_on_loop(log, 3, loop, synced)  # durable already
-        return seen
-
-    with GroupCommitter() as committer:
-        seen = asyncio.run(produce(committer))
-        stats = committer.statistics()
-    assert [outcome for outcome, _ in seen] == [1] + [10] * 9
-    assert {thread for _, thread in seen} == {threading.get_ident()}
-    assert len(wakeups) == 2  # one per round, not one per request
-    assert (stats.requests, stats.immediate, stats.rounds, stats.syncs) == (11, 1, 2, 2)
+    with GroupCommitter() as another, pytest.raises(LogClosedError):
+        asyncio.run(on_a_closed_log(another))
 
 
-def test_request_on_loop_hands_storage_errors_to_the_callback(open_log):
-    log = open_log()
-
-    async def produce(committer):
-        loop = asyncio.get_running_loop()
-        outcomes = []
-        done = loop.create_future()
-
-        def synced(outcome):
-            outcomes.append(outcome)
-            if not done.done():
-                done.set_result(None)
-
-        faults.arm("log.flush.before_sync", OSError(errno.EIO, "injected"))
-        info = log.append(make_batch(), now_ms=0)
-        committer.request_on_loop(log, info.last_offset, loop, synced)
-        await asyncio.wait_for(done, 10)
-        done = loop.create_future()
-        committer.request_on_loop(log, info.last_offset, loop, synced)  # the next one retries
-        await asyncio.wait_for(done, 10)
-        return outcomes
-
-    with GroupCommitter() as committer:
-        first, second = asyncio.run(produce(committer))
-    assert isinstance(first, StorageError) and "EIO" in str(first)
-    assert second == 1 and log.recovery_point == 1
-
-
-def test_a_failing_callback_keeps_the_others_of_its_round(open_log, caplog):
-    log = open_log()
-
-    async def produce(committer):
-        loop = asyncio.get_running_loop()
-        done = loop.create_future()
-        info = log.append(make_batch(), now_ms=0)
-        committer.request_on_loop(log, info.last_offset, loop, lambda outcome: 1 / 0)
-        committer.request_on_loop(log, info.last_offset, loop, done.set_result)
-        return await asyncio.wait_for(done, 10)
-
-    with GroupCommitter() as committer:
-        assert asyncio.run(produce(committer)) == 1
-    assert "a group commit callback failed" in caplog.text
-
-
-def test_close_refuses_callbacks_too(open_log):
+def test_refused_when_closed_or_off_a_loop(open_log):
     log = open_log()
     committer = GroupCommitter()
+    with pytest.raises(RuntimeError, match="no running event loop"):
+        committer.durable(log, 0)
     committer.close()
     committer.close()  # idempotent
 
     async def ask():
-        committer.request_on_loop(log, 0, asyncio.get_running_loop(), print)
+        committer.durable(log, 0)
 
     with pytest.raises(RuntimeError, match="closed"):
         asyncio.run(ask())

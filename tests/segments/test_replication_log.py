@@ -77,7 +77,7 @@ def test_a_follower_keeps_the_leaders_offsets_and_epochs(open_log, tmp_path):
     try:
         follower.hold_high_watermark = True
         piece = leader.read_replica(0, 1 << 20).read()
-        info = follower.append_replica(piece, now_ms=0)
+        info = follower.append(piece, now_ms=0, assign_offsets=False)
         assert (info.base_offset, info.last_offset) == (0, 7)
         assert follower.read_replica(0, 1 << 20).read() == piece  # byte for byte
         assert follower.leader_epochs.entries == [(0, 0), (4, 4)]
@@ -87,8 +87,20 @@ def test_a_follower_keeps_the_leaders_offsets_and_epochs(open_log, tmp_path):
         visible = [h.base_offset for _, h in scan_batches(follower.read(0, 1 << 20).read())]
         assert visible == [0, 2, 4]  # consumers: up to the high watermark only
         with pytest.raises(CorruptRecordError, match="does not continue"):
-            follower.append_replica(piece, now_ms=0)  # offsets 0.. again: not contiguous
+            follower.append(piece, now_ms=0, assign_offsets=False)  # offsets 0.. again
         assert follower.log_end_offset == 8
+    finally:
+        follower.close()
+
+
+def test_a_followers_append_takes_no_leader_epoch_of_its_own(open_log, tmp_path):
+    leader = leader_log(open_log, [(2, 1)])
+    follower = PartitionLog.open(str(tmp_path / "follower-0"), SMALL, now_ms=0)
+    try:
+        with pytest.raises(ValueError, match="leader_epoch must be None"):
+            follower.append(leader.read_replica(0, 1 << 20).read(), now_ms=0, leader_epoch=3,
+                            assign_offsets=False)
+        assert follower.log_end_offset == 0  # nothing written
     finally:
         follower.close()
 
@@ -171,8 +183,8 @@ def test_the_epoch_of_an_offset_and_where_an_epoch_began(open_log):
 def copy_all(leader: PartitionLog, follower: PartitionLog) -> None:
     """What a follower's fetches do: append every batch of the leader past the follower's end."""
     while follower.log_end_offset < leader.log_end_offset:
-        follower.append_replica(leader.read_replica(follower.log_end_offset, 4096).read(),
-                                now_ms=0)
+        follower.append(leader.read_replica(follower.log_end_offset, 4096).read(),
+                        now_ms=0, assign_offsets=False)
 
 
 def test_a_follower_follows_the_leaders_log_start_up_to_its_high_watermark(open_log,
@@ -226,7 +238,7 @@ def test_a_follower_behind_the_leaders_log_start_restarts_there(open_log, tmp_pa
     follower_dir = str(tmp_path / "follower-0")
     follower = PartitionLog.open(follower_dir, SMALL, now_ms=0)
     try:
-        follower.append_replica(fetched_once, now_ms=0)  # offsets 0-1
+        follower.append(fetched_once, now_ms=0, assign_offsets=False)  # offsets 0-1
         with pytest.raises(ValueError, match="truncate instead"):
             follower.truncate_fully_and_start_at(1, now_ms=0)
         follower.truncate_fully_and_start_at(leader.log_start_offset, now_ms=0)
