@@ -51,7 +51,7 @@ def _appliance(broker_id: int) -> tuple[subprocess.Popen, Path]:
                       f"zookeeper.connect=127.0.0.1:{ZK_PORT}/klog-demo\n"
                       f"zookeeper.session.timeout.ms=6000\nbroker.rack=rack-{broker_id}\n")
     log = open(ROOT / f"appliance{broker_id}.log", "ab")  # noqa: SIM115
-    process = subprocess.Popen([sys.executable, "-m", "cli.main", "appliance", "run",
+    process = subprocess.Popen([sys.executable, "-m", "klog_cli.main", "appliance", "run",
                                 "--config", str(config)], stdout=log, stderr=subprocess.STDOUT)
     return process, config
 
@@ -101,7 +101,7 @@ def run(args) -> int:
         console.print(_kcat(f"127.0.0.1:{FIRST_PORT + 4}", "-C", "-t", "fleet-demo", "-o",
                             "beginning", "-e", "-q", "-f",
                             "partition %p offset %o key %k value %s\n").rstrip())
-        status = subprocess.run([sys.executable, "-m", "cli.main", "cluster", "status",
+        status = subprocess.run([sys.executable, "-m", "klog_cli.main", "cluster", "status",
                                  "--config", str(configs[0])], capture_output=True, text=True)
         print(status.stdout.rstrip() or status.stderr.rstrip(), flush=True)
         if args.once:
