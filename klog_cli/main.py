@@ -24,6 +24,8 @@ COMMANDS = {
     "load-hourly": ("load_hourly", "load hours of a topic into the Parquet warehouse (Spark)"),
 }
 
+OUR_PACKAGES = {"klog", "appliance", "cluster", "klog_cli", "klog_pipeline"}
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="klog", description="klog: a Kafka-compatible log broker")
@@ -52,7 +54,16 @@ def version() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        parser = build_parser()
+    except ModuleNotFoundError as missing:
+        if (missing.name or "").partition(".")[0] in OUR_PACKAGES:
+            raise
+        # `pip install klog` is the client library alone; the command is the appliance's
+        print(f"klog: {missing.name} is missing: the klog command needs the appliance's "
+              "dependencies (pip install 'klog[appliance]')", file=sys.stderr)
+        return 2
+    args = parser.parse_args(argv)
     try:
         return args.run(args)
     except KeyboardInterrupt:
