@@ -52,7 +52,8 @@ test: deps venv lint
 run: deps venv
 	$(PY) -m klog_cli.main demo
 
-# a local fleet: ZooKeeper and three appliances on this host (cluster mode), shown working
+# a local fleet: ZooKeeper and three appliances on this host (cluster mode); a topic of three
+# replicas keeps its data and takes acks=all while one appliance is stopped
 run-cluster: deps venv
 	$(PY) -m klog_cli.main demo-cluster
 
