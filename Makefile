@@ -50,11 +50,12 @@ test: deps venv lint
 	KLOG_PURE_PYTHON=1 $(PY) -m pytest -q -p no:cacheprovider tests/protocol tests/client
 
 run: deps venv
-	$(PY) -m cli.main demo
+	$(PY) -m klog_cli.main demo
 
-# a local fleet: ZooKeeper and three appliances on this host (cluster mode), shown working
+# a local fleet: ZooKeeper and three appliances on this host (cluster mode); a topic of three
+# replicas keeps its data and takes acks=all while one appliance is stopped
 run-cluster: deps venv
-	$(PY) -m cli.main demo-cluster
+	$(PY) -m klog_cli.main demo-cluster
 
 perf: deps venv
 	@for b in perf/bench_*.py; do echo "== $$b"; $(PY) $$b --quick || exit 1; done

@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import klog  # noqa: E402
-from pipeline.hours import HOUR_MS, Hour  # noqa: E402
+from klog_pipeline.hours import HOUR_MS, Hour  # noqa: E402
 from tests.conftest import Appliance  # noqa: E402
 
 PARTITIONS = 6
@@ -67,7 +67,7 @@ def produce_hour(bootstrap: str, topic: str, hour: Hour, count: int, jsonl: Path
 
 
 def load_klog(spark, bootstrap: str, topic: str, hour: Hour, warehouse: Path) -> float:
-    from pipeline.loader import HourlyLoader, LoadSettings
+    from klog_pipeline.loader import HourlyLoader, LoadSettings
 
     settings = LoadSettings(bootstrap, topic, warehouse, schema=SCHEMA)
     start = time.perf_counter()
@@ -97,8 +97,8 @@ def source_to_parquet(spark, bootstrap: str, topic: str, hour: Hour, out: Path) 
 
 
 def source_parse_to_parquet(spark, bootstrap: str, topic: str, hour: Hour, out: Path) -> float:
-    from pipeline.event_schema import EventSchema
-    from pipeline.events import parse_batch
+    from klog_pipeline.event_schema import EventSchema
+    from klog_pipeline.events import parse_batch
 
     schema = EventSchema.parse(SCHEMA)
 
@@ -146,7 +146,7 @@ def main() -> None:
             size = produce_hour(appliance.bootstrap, "events", hour, count,
                                 tmp_path / "events.jsonl")
             produced_s = time.perf_counter() - start
-            from pipeline.session import open_session
+            from klog_pipeline.session import open_session
 
             spark = open_session("local[2]", app_name="bench-pipeline")
             try:

@@ -89,7 +89,7 @@ def worker_instructions(requests: int) -> dict[str, float]:
         log = open(work / "valgrind.log", "wb")  # noqa: SIM115 (open while it runs)
         appliance.process = subprocess.Popen(
             ["valgrind", "--tool=callgrind", "--trace-children=yes", "--instr-atstart=no",
-             f"--callgrind-out-file={work}/cg.%p", sys.executable, "-m", "cli.main",
+             f"--callgrind-out-file={work}/cg.%p", sys.executable, "-m", "klog_cli.main",
              "appliance", "run", "--config", str(appliance.config)],
             cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
         appliance._stderr = log

@@ -91,7 +91,7 @@ class Appliance:
     def start(self, timeout_s: float = 20.0, env: dict | None = None) -> Appliance:
         self._stderr = open(self.stderr_path, "ab")  # noqa: SIM115 (open while the child runs)
         self.process = subprocess.Popen(
-            [*self.command_prefix, sys.executable, "-m", "cli.main", "appliance", "run",
+            [*self.command_prefix, sys.executable, "-m", "klog_cli.main", "appliance", "run",
              "--config", str(self.config)],
             cwd=REPO, stdout=self._stderr, stderr=subprocess.STDOUT,
             env={**os.environ, **(env or {})}, preexec_fn=_stop_with_parent,

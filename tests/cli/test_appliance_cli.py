@@ -11,7 +11,7 @@ from tests.conftest import REPO
 
 
 def klog(*args, timeout=60):
-    return subprocess.run([sys.executable, "-m", "cli.main", *args], cwd=REPO,
+    return subprocess.run([sys.executable, "-m", "klog_cli.main", *args], cwd=REPO,
                           capture_output=True, text=True, timeout=timeout)
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from cli import dump_log
 from klog.protocol.records import CONTROL_ABORT, build_batch, control_record
+from klog_cli import dump_log
 
 REPO = Path(__file__).resolve().parents[2]
 BASE_TS = 1_700_000_000_000
@@ -222,7 +222,7 @@ def test_missing_and_non_segment_paths_exit_2(tmp_path, capsys):
 
 def test_registered_as_the_dump_log_verb(segment):
     run = subprocess.run(
-        [sys.executable, "-m", "cli.main", "dump-log", str(segment), "--json"],
+        [sys.executable, "-m", "klog_cli.main", "dump-log", str(segment), "--json"],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -233,7 +233,7 @@ def test_registered_as_the_dump_log_verb(segment):
     torn = segment.with_name("00000000000000000100.log")
     torn.write_bytes(SEGMENT[:-3])
     run = subprocess.run(
-        [sys.executable, "-m", "cli.main", "dump-log", str(torn)],
+        [sys.executable, "-m", "klog_cli.main", "dump-log", str(torn)],
         cwd=REPO,
         capture_output=True,
         text=True,

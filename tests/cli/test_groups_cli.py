@@ -35,7 +35,7 @@ def appliance(group_appliance):
 
 
 def klog_cli(*args, timeout=60):
-    return subprocess.run([sys.executable, "-m", "cli.main", *args], cwd=REPO,
+    return subprocess.run([sys.executable, "-m", "klog_cli.main", *args], cwd=REPO,
                           capture_output=True, text=True, timeout=timeout)
 
 

@@ -13,7 +13,7 @@ from tests.conftest import REPO
 
 
 def klog_cli(*args, stdin: bytes = b"", timeout: float = 60):
-    return subprocess.run([sys.executable, "-m", "cli.main", *args], input=stdin, cwd=REPO,
+    return subprocess.run([sys.executable, "-m", "klog_cli.main", *args], input=stdin, cwd=REPO,
                           capture_output=True, timeout=timeout)
 
 

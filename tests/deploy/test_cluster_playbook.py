@@ -89,7 +89,7 @@ class Deployed:
         return dict(line.split("=", 1) for line in out.splitlines())
 
     def cluster_status(self) -> dict:
-        done = subprocess.run([sys.executable, "-m", "cli.main", "cluster", "status",
+        done = subprocess.run([sys.executable, "-m", "klog_cli.main", "cluster", "status",
                                "--zookeeper", self.zookeeper, "--json"],
                               cwd=REPO, capture_output=True, text=True, timeout=60, check=True)
         return json.loads(done.stdout)

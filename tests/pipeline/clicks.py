@@ -8,7 +8,7 @@ import hashlib
 import orjson
 
 import klog
-from pipeline.hours import HOUR_MS, Hour
+from klog_pipeline.hours import HOUR_MS, Hour
 
 LATE_EVERY = 7  # every 7th event is stamped up to 20 minutes earlier than its neighbours
 

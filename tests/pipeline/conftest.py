@@ -12,7 +12,7 @@ from tests.conftest import require_binary, running_appliance, topic_maker
 @pytest.fixture(scope="session")
 def spark():
     require_binary("java")
-    from pipeline.session import open_session
+    from klog_pipeline.session import open_session
 
     session = open_session("local[2]", app_name="klog-tests",
                            conf={"spark.sql.shuffle.partitions": "2"})
@@ -43,9 +43,9 @@ def load_hourly(spark, broker):
 
     from rich.console import Console
 
-    from cli.main import build_parser
-    from pipeline import arguments
-    from pipeline.hours import Hour
+    from klog_cli.main import build_parser
+    from klog_pipeline import arguments
+    from klog_pipeline.hours import Hour
 
     def load(topic: str, warehouse: Path, *args: str, now) -> tuple[int, str]:
         now_ms = now.end_ms + 61_000 if isinstance(now, Hour) else now

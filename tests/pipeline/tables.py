@@ -7,7 +7,7 @@ from pathlib import Path
 
 import orjson
 
-from pipeline.hours import Hour
+from klog_pipeline.hours import Hour
 
 
 def rows_by_hour(spark, path: Path) -> dict[Hour, list[dict]]:

@@ -1,7 +1,7 @@
 """Crashes while an hour is loaded: nothing partial becomes visible, and the next run
 completes the hour with exactly its rows. One real ``kill -9`` of `klog load-hourly` (and its
 Spark) in the middle of writing; the windows between the publishing steps through named
-fault points (`pipeline.faults`)."""
+fault points (`klog_pipeline.faults`)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import time
 import pytest
 
 import klog
-from pipeline.faults import VARIABLE, FaultInjected
-from pipeline.hours import Hour
+from klog_pipeline.faults import VARIABLE, FaultInjected
+from klog_pipeline.hours import Hour
 from tests.conftest import REPO
 from tests.pipeline.clicks import checksum, produce_hours
 from tests.pipeline.tables import ledger, rows_by_hour
@@ -34,7 +34,7 @@ def test_kill_9_while_writing_leaves_nothing_visible_and_the_rerun_completes(
     produced = produce_hours(broker.bootstrap, topic, {hour: 3000})[hour]
     staging = warehouse / "_staging" / topic
     loader = subprocess.Popen(
-        [sys.executable, "-m", "cli.main", "load-hourly", "-b", broker.bootstrap, "-t", topic,
+        [sys.executable, "-m", "klog_cli.main", "load-hourly", "-b", broker.bootstrap, "-t", topic,
          "--hour", hour.label, "--warehouse", str(warehouse), "--master", "local[2]",
          "--now", str(hour.end_ms + 61_000)],
         cwd=REPO, env={**os.environ, VARIABLE: "task-done:sleep=120"},

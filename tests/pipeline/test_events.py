@@ -6,10 +6,10 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from pipeline.event_schema import EventSchema, infer
-from pipeline.events import parse_batch
-from pipeline.hours import Hour
-from pipeline.ledger import (
+from klog_pipeline.event_schema import EventSchema, infer
+from klog_pipeline.events import parse_batch
+from klog_pipeline.hours import Hour
+from klog_pipeline.ledger import (
     INCOMPLETE,
     LOADED,
     HourEntry,

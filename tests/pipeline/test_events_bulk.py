@@ -8,10 +8,10 @@ import io
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline import events
-from pipeline.event_schema import REJECTS, EventSchema
-from pipeline.events import parse_batch
-from pipeline.events_bulk import parse_bulk
+from klog_pipeline import events
+from klog_pipeline.event_schema import REJECTS, EventSchema
+from klog_pipeline.events import parse_batch
+from klog_pipeline.events_bulk import parse_bulk
 from tests.pipeline.test_events import batch
 
 SCHEMA = EventSchema.parse("s string, n bigint, d double, b boolean, i int")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.hours import Hour
+from klog_pipeline.hours import Hour
 from tests.conftest import REPO
 from tests.pipeline.clicks import checksum, produce_hours
 from tests.pipeline.tables import ledger, rows_by_hour
@@ -25,7 +25,7 @@ def test_spark_submit_runs_the_job_file(spark, broker, topic_factory, tmp_path):
     produced = produce_hours(broker.bootstrap, topic, {hour: 150}, partitions=3)[hour]
     done = subprocess.run(
         [str(submit), "--master", "local[2]", "--conf", "spark.ui.enabled=false",
-         str(REPO / "pipeline" / "job.py"), "-b", broker.bootstrap, "-t", topic, "--catch-up",
+         str(REPO / "klog_pipeline" / "job.py"), "-b", broker.bootstrap, "-t", topic, "--catch-up",
          "--warehouse", str(warehouse), "--now", str(hour.end_ms + 61_000)],
         cwd=tmp_path, env={**os.environ, "PYSPARK_PYTHON": sys.executable},
         capture_output=True, text=True, timeout=240)

@@ -9,7 +9,7 @@ import time
 import pytest
 
 import klog
-from pipeline.hours import Hour
+from klog_pipeline.hours import Hour
 from tests.pipeline.clicks import checksum, produce_hours
 from tests.pipeline.tables import ledger, rows_by_hour, snapshot
 

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.hours import HOUR_MS, Hour, hours_between, last_complete, parse_moment_ms
-from pipeline.options import Bound, parse_options
-from pipeline.planning import (
+from klog_pipeline.hours import HOUR_MS, Hour, hours_between, last_complete, parse_moment_ms
+from klog_pipeline.options import Bound, parse_options
+from klog_pipeline.planning import (
     DataLossError,
     OffsetRange,
     apportion,

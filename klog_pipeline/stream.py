@@ -26,10 +26,10 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from pipeline.lookups import LogLookups
-from pipeline.options import SourceOptions
-from pipeline.planning import cap_offsets, plan_ranges, resolve, split_ranges
-from pipeline.range_reader import read_range
+from klog_pipeline.lookups import LogLookups
+from klog_pipeline.options import SourceOptions
+from klog_pipeline.planning import cap_offsets, plan_ranges, resolve, split_ranges
+from klog_pipeline.range_reader import read_range
 
 TP = tuple[str, int]
 

@@ -25,10 +25,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from klog import Consumer, OffsetOutOfRangeError, RecordColumns, TopicPartition
-from pipeline.options import SourceOptions
-from pipeline.planning import DataLossError, OffsetRange, data_loss_message
+from klog_pipeline.options import SourceOptions
+from klog_pipeline.planning import DataLossError, OffsetRange, data_loss_message
 
-log = logging.getLogger("pipeline")
+log = logging.getLogger("klog_pipeline")
 
 POLL_MS = 200
 TIMESTAMP = pa.timestamp("us", tz="UTC")

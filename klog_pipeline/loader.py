@@ -3,12 +3,12 @@
 One hour, in order (each step's crash leaves something the next run repairs):
 
 1. Skip if the ledger says H is loaded (unless ``reload``).
-2. Plan: the offset ranges of H (`pipeline.hour_plan`); refuse an hour that is not complete
+2. Plan: the offset ranges of H (`klog_pipeline.hour_plan`); refuse an hour that is not complete
    (unless ``allow_incomplete``) or whose ranges do not join the loaded hours beside it
    (unless ``allow_gap``), with a message naming the partition and the offsets.
 3. Stage: one Spark job, one task per offset range (split by ``min_partitions`` as the
    source's ``minPartitions``), each reading its range with the ``klog`` source's reader and
-   writing events and rejects Parquet into ``_staging`` (`pipeline.hour_task`, which says why
+   writing events and rejects Parquet into ``_staging`` (`klog_pipeline.hour_task`, which says why
    the records do not go through a DataFrame). Nothing is visible yet; a crash here leaves
    only staging, which the next run deletes.
 4. Verify: the manifest's per-partition spans must be exactly the plan's ranges (count,
@@ -34,13 +34,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from pipeline.event_schema import EventSchema, infer
-from pipeline.events import load_events
-from pipeline.faults import fault_point
-from pipeline.hour_plan import HourPlan, first_hour, plan_hour
-from pipeline.hour_task import HourTask, write_manifest
-from pipeline.hours import Hour, hours_between, last_complete
-from pipeline.ledger import (
+from klog_pipeline.event_schema import EventSchema, infer
+from klog_pipeline.events import load_events
+from klog_pipeline.faults import fault_point
+from klog_pipeline.hour_plan import HourPlan, first_hour, plan_hour
+from klog_pipeline.hour_task import HourTask, write_manifest
+from klog_pipeline.hours import Hour, hours_between, last_complete
+from klog_pipeline.ledger import (
     INCOMPLETE,
     LOADED,
     RELOADING,
@@ -49,11 +49,11 @@ from pipeline.ledger import (
     contiguity_problems,
     locked,
 )
-from pipeline.lookups import LogLookups
-from pipeline.options import parse_options
-from pipeline.planning import OffsetRange, split_ranges
-from pipeline.range_reader import read_range
-from pipeline.warehouse import Warehouse
+from klog_pipeline.lookups import LogLookups
+from klog_pipeline.options import parse_options
+from klog_pipeline.planning import OffsetRange, split_ranges
+from klog_pipeline.range_reader import read_range
+from klog_pipeline.warehouse import Warehouse
 
 SAMPLE_PER_PARTITION = 200
 
@@ -219,7 +219,7 @@ class HourlyLoader:
         return [e for i, e in enumerate(events) if i not in reasons]
 
     def _stage(self, plan: HourPlan, schema: EventSchema) -> dict:
-        """Run the hour's Spark job (one task per range, `pipeline.hour_task`) into a new
+        """Run the hour's Spark job (one task per range, `klog_pipeline.hour_task`) into a new
         staging directory; returns the checked manifest."""
         settings = self.settings
         staging = self.warehouse.new_staging(settings.topic, plan.hour)

@@ -7,11 +7,11 @@ the source's Python into the JVM, out to Python again to be parsed (``mapInArrow
 (Arrow to rows to Arrow, twice). On one hour of 5 million 200-byte events on ``local[2]``
 (perf/bench_pipeline.py, one run) that path did 104k records/s and this one 172k: here the
 records never leave the Python process that read them. Inside the task, reading is columnar
-(`pipeline.range_reader`, millions of records/s); parsing the JSON (`pipeline.events`) is
+(`klog_pipeline.range_reader`, millions of records/s); parsing the JSON (`klog_pipeline.events`) is
 most of the task's time. What is shared with the data source
 is everything but that detour: the ranges are planned by the same functions
-(`pipeline.planning`, so ``--min-partitions`` splits as ``minPartitions`` does) and read by
-the same `pipeline.range_reader.read_range` that ``KlogBatchReader.read`` runs. The hour also
+(`klog_pipeline.planning`, so ``--min-partitions`` splits as ``minPartitions`` does) and read by
+the same `klog_pipeline.range_reader.read_range` that ``KlogBatchReader.read`` runs. The hour also
 has two outputs (events and rejects), which one DataFrame write could not give in one pass.
 
 Files and the commit protocol: task attempt T of Spark partition P writes, for its N-th
@@ -41,13 +41,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipeline.event_schema import REJECTS, EventSchema
-from pipeline.events import parse_batch
-from pipeline.faults import fault_point
-from pipeline.files import fsync_file, write_atomic
-from pipeline.options import SourceOptions
-from pipeline.planning import OffsetRange
-from pipeline.range_reader import read_range
+from klog_pipeline.event_schema import REJECTS, EventSchema
+from klog_pipeline.events import parse_batch
+from klog_pipeline.faults import fault_point
+from klog_pipeline.files import fsync_file, write_atomic
+from klog_pipeline.options import SourceOptions
+from klog_pipeline.planning import OffsetRange
+from klog_pipeline.range_reader import read_range
 
 ROW_GROUP_ROWS = 128 * 1024
 PROGRESS_EVERY_S = 0.5

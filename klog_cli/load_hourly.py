@@ -1,6 +1,6 @@
 """`klog load-hourly`: load hours of a topic into the Parquet warehouse with Spark (local by
-default), exactly once per hour. The loader is `pipeline`'s; this module only plugs its
-command line into `klog` (the spark-submit job file `pipeline/job.py` takes the same options).
+default), exactly once per hour. The loader is `klog_pipeline`'s; this module only plugs its
+command line into `klog` (the spark-submit job file `klog_pipeline/job.py` takes the same options).
 
     klog load-hourly -b HOST:PORT -t clicks --hour 2026-11-21T13 --warehouse PATH
     klog load-hourly -b HOST:PORT -t clicks --catch-up --warehouse PATH   # what the timer runs
@@ -8,7 +8,7 @@ command line into `klog` (the spark-submit job file `pipeline/job.py` takes the 
 
 from __future__ import annotations
 
-from pipeline import arguments
+from klog_pipeline import arguments
 
 
 def add_arguments(parser) -> None:

@@ -9,7 +9,7 @@ Layout under the warehouse root (a local directory or a shared mount every execu
 
 Names starting with ``_`` are skipped by Spark's partition discovery, so reading
 ``<topic>/`` sees only published hours. Publishing is a ``rename`` of a finished directory
-(atomic on one filesystem), rejects first, events second, the ledger last (`pipeline.loader`);
+(atomic on one filesystem), rejects first, events second, the ledger last (`klog_pipeline.loader`);
 a crash leaves at worst a whole directory the ledger does not claim, which the next run
 discards before it loads the hour again.
 """
@@ -20,8 +20,8 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.files import remove_tree, rename_durable
-from pipeline.hours import Hour
+from klog_pipeline.files import remove_tree, rename_durable
+from klog_pipeline.hours import Hour
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ class Warehouse:
     def publish(self, topic: str, hour: Hour, staging: Path, manifest: dict) -> None:
         """Move the manifest's files into view: files of failed task attempts (in no
         manifest) are deleted first; rejects go first, events last."""
-        from pipeline.faults import fault_point
+        from klog_pipeline.faults import fault_point
 
         for kind in ("events", "rejects"):
             keep = set(manifest[f"{kind}_files"])

@@ -3,7 +3,7 @@
 Everything goes through klog.Admin: ListGroups on every node, DescribeGroups and OffsetFetch
 on the group's coordinator, ListOffsets for log ends. Lag is computed here, per partition, as
 log end (high watermark) minus committed offset; a partition a member holds but never
-committed has no lag to show. `reset-offsets` lives in cli/groups_reset.py.
+committed has no lag to show. `reset-offsets` lives in klog_cli/groups_reset.py.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
-from cli import groups_reset
-from cli.admin_action import run_action
 from klog.admin import LATEST
 from klog.errors import ErrorCode, UnknownTopicOrPartitionError
+from klog_cli import groups_reset
+from klog_cli.admin_action import run_action
 
 
 def add_arguments(parser) -> None:

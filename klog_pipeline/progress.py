@@ -1,7 +1,7 @@
 """What a person watching ``klog load-hourly`` sees: a progress bar per hour while Spark
 writes it (records, MB, partitions done), and a summary table at the end. Uses rich.
 
-The numbers come from the tasks' progress files (`pipeline.hour_task`): each Spark task
+The numbers come from the tasks' progress files (`klog_pipeline.hour_task`): each Spark task
 rewrites its own small JSON file about twice a second; a thread here sums them. On a
 terminal the bar redraws; elsewhere (systemd's journal) rich prints it once, finished.
 """
@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from pipeline.hour_task import PROGRESS_DIR
+from klog_pipeline.hour_task import PROGRESS_DIR
 
 POLL_S = 0.3
 MB = 1024 * 1024

@@ -52,7 +52,7 @@ def _load_hour(console: Console, hour: str) -> None:
     if shutil.which("java") is None:
         console.print("Java is not installed; `make run` installs it")
         return
-    load = subprocess.run([sys.executable, "-m", "cli.main", "load-hourly", "-b", BOOTSTRAP,
+    load = subprocess.run([sys.executable, "-m", "klog_cli.main", "load-hourly", "-b", BOOTSTRAP,
                            "-t", "demo", "--hour", hour, "--warehouse", str(WAREHOUSE),
                            "--allow-incomplete", "--master", "local[2]"],
                           stderr=subprocess.PIPE, text=True, timeout=300)
@@ -63,7 +63,7 @@ def _load_hour(console: Console, hour: str) -> None:
 def run(args) -> int:
     console = Console()
     console.rule("[bold]klog appliance")
-    process = subprocess.Popen([sys.executable, "-m", "cli.main", "appliance", "run",
+    process = subprocess.Popen([sys.executable, "-m", "klog_cli.main", "appliance", "run",
                                 "--config", args.config])
     try:
         _wait_listening(process)
@@ -80,7 +80,7 @@ def run(args) -> int:
             console.print(out.rstrip())
             console.print(_kcat("-L", "-t", "demo").rstrip())
             hour = time.strftime("%Y-%m-%dT%H", time.gmtime())
-        status = subprocess.run([sys.executable, "-m", "cli.main", "status", "--config",
+        status = subprocess.run([sys.executable, "-m", "klog_cli.main", "status", "--config",
                                  args.config, "--interval", "0.5"], capture_output=True,
                                 text=True)
         print(status.stdout.rstrip() or status.stderr.rstrip(), flush=True)

@@ -1,4 +1,4 @@
-"""The bulk path of `pipeline.events`: a whole batch of JSON lines parsed by pyarrow's JSON
+"""The bulk path of `klog_pipeline.events`: a whole batch of JSON lines parsed by pyarrow's JSON
 reader straight into the schema's columns, taken only when its answer is provably the one
 the per-line orjson path would give; otherwise None, and the caller takes that path.
 
@@ -28,13 +28,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
-from pipeline.event_schema import ARROW_TYPES, TIMESTAMP, EventSchema
+from klog_pipeline.event_schema import ARROW_TYPES, TIMESTAMP, EventSchema
 
 MIN_BLOCK_BYTES = 1 << 20
 
 
 def parse_bulk(batch: pa.RecordBatch, schema: EventSchema) -> pa.RecordBatch | None:
-    """The events of ``batch`` (see `pipeline.events.parse_batch`), or None when this path
+    """The events of ``batch`` (see `klog_pipeline.events.parse_batch`), or None when this path
     cannot promise the per-line answer."""
     values = batch.column("value")
     if not len(values) or values.null_count or not schema.fields:

@@ -1,7 +1,7 @@
 """JSON log lines into table rows: one Arrow batch of klog records in, the events batch and
-the rejects batch out. Runs on executors, in the hourly load's tasks (`pipeline.hour_task`).
+the rejects batch out. Runs on executors, in the hourly load's tasks (`klog_pipeline.hour_task`).
 
-A batch of plain lines is parsed in bulk by pyarrow's JSON reader (`pipeline.events_bulk`,
+A batch of plain lines is parsed in bulk by pyarrow's JSON reader (`klog_pipeline.events_bulk`,
 2.6x faster, measured), which first proves its answer is the one below; any other batch
 takes this module's per-line path, the reference. Here parsing is orjson, one call per line;
 the rest works per column.
@@ -14,7 +14,7 @@ into a bigint column and turns true into 1.0.)
 A line becomes a reject, with its partition, offset, timestamp, key, raw value and the
 reason, when it is not JSON, not a JSON object, null, or has a field whose value the column's
 type cannot hold (a string in a bigint column, a fraction in a bigint, a number in a boolean).
-A reject is never dropped: `pipeline.hour_task` writes it to the ``_rejects`` table.
+A reject is never dropped: `klog_pipeline.hour_task` writes it to the ``_rejects`` table.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from __future__ import annotations
 import orjson
 import pyarrow as pa
 
-from pipeline.event_schema import ARROW_TYPES, REJECTS, TIMESTAMP, EventSchema
-from pipeline.events_bulk import parse_bulk
+from klog_pipeline.event_schema import ARROW_TYPES, REJECTS, TIMESTAMP, EventSchema
+from klog_pipeline.events_bulk import parse_bulk
 
 NONE = type(None)
 FAST_TYPES = {"string": {str, NONE}, "bigint": {int, NONE}, "int": {int, NONE},
@@ -37,7 +37,7 @@ def parse_batch(batch: pa.RecordBatch, schema: EventSchema
                 ) -> tuple[pa.RecordBatch, pa.RecordBatch | None]:
     """``batch`` has the columns key, value, partition, offset, timestamp. Returns the events
     (``schema.arrow()``) and the rejects (`REJECTS`, None when every line parsed). A batch
-    of plain lines takes the bulk path (`pipeline.events_bulk`), with the same answer."""
+    of plain lines takes the bulk path (`klog_pipeline.events_bulk`), with the same answer."""
     bulk = parse_bulk(batch, schema)
     if bulk is not None:
         return bulk, None

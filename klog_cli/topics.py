@@ -8,7 +8,7 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
-from cli.admin_action import run_action
+from klog_cli.admin_action import run_action
 
 
 def add_arguments(parser) -> None:

@@ -1,6 +1,6 @@
 """Offset ranges: resolving the options' bounds into ``[start, end)`` per partition, splitting
 big ranges into more Spark tasks, capping a micro-batch. Pure: the offsets the appliance
-reported come in as plain dicts (see `pipeline.lookups` for who asks).
+reported come in as plain dicts (see `klog_pipeline.lookups` for who asks).
 
 An `OffsetRange` is one Spark task's work and travels to an executor pickled, so it holds
 plain values only.
@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 from pyspark.sql.datasource import InputPartition
 
-from pipeline.options import EARLIEST, LATEST, Bound
+from klog_pipeline.options import EARLIEST, LATEST, Bound
 
-log = logging.getLogger("pipeline")
+log = logging.getLogger("klog_pipeline")
 
 TP = tuple[str, int]
 

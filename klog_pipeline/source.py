@@ -2,18 +2,18 @@
 
 Example::
 
-    from pipeline.source import KlogDataSource
+    from klog_pipeline.source import KlogDataSource
     spark.dataSource.register(KlogDataSource)
     df = (spark.read.format("klog").option("bootstrap.servers", "127.0.0.1:9092")
           .option("subscribe", "clicks").option("startingTimestamp", "1795438800000")
           .option("endingTimestamp", "1795442400000").load())
 
-Options: see `pipeline.options`. Output: Spark's Kafka source schema (key, value, topic,
+Options: see `klog_pipeline.options`. Output: Spark's Kafka source schema (key, value, topic,
 partition, offset, timestamp, timestampType, and headers with ``includeHeaders=true``).
 
 Where things run: ``partitions()`` on the driver side (it asks the appliance for offsets and
 plans one task per partition, more with ``minPartitions``); ``read()`` on executors, which
-need ``klog`` and ``pipeline`` importable (the venv as ``PYSPARK_PYTHON``, or ``--py-files``).
+need ``klog`` and ``klog_pipeline`` importable (the venv as ``PYSPARK_PYTHON``, or ``--py-files``).
 The reader is pickled to the executors: it holds the parsed options only, never a connection.
 """
 
@@ -21,10 +21,10 @@ from __future__ import annotations
 
 from pyspark.sql.datasource import DataSource, DataSourceReader
 
-from pipeline.lookups import LogLookups
-from pipeline.options import SourceOptions, parse_options
-from pipeline.planning import OffsetRange, plan_ranges, resolve, split_ranges
-from pipeline.range_reader import DDL, DDL_WITH_HEADERS, read_range
+from klog_pipeline.lookups import LogLookups
+from klog_pipeline.options import SourceOptions, parse_options
+from klog_pipeline.planning import OffsetRange, plan_ranges, resolve, split_ranges
+from klog_pipeline.range_reader import DDL, DDL_WITH_HEADERS, read_range
 
 
 class KlogDataSource(DataSource):
@@ -40,7 +40,7 @@ class KlogDataSource(DataSource):
         return KlogBatchReader(parse_options(self.options, streaming=False))
 
     def streamReader(self, schema):
-        from pipeline.stream import KlogStreamReader
+        from klog_pipeline.stream import KlogStreamReader
 
         return KlogStreamReader(parse_options(self.options, streaming=True))
 

@@ -3,7 +3,7 @@
 `open_session` starts a local (or given) master with settings that suit a batch loader: no
 web UI, no console progress bar (the loader draws its own), UTC session time, Spark's logs at
 ERROR. For local masters it also makes the executors' Python the driver's own interpreter
-and puts this checkout on their path, so ``klog`` and ``pipeline`` import there without an
+and puts this checkout on their path, so ``klog`` and ``klog_pipeline`` import there without an
 install. On a cluster (spark-submit) the job file uses the session spark-submit made and only
 calls `register`.
 """
@@ -22,7 +22,7 @@ LOG4J = Path(__file__).resolve().with_name("log4j2.properties")
 
 def register(spark: SparkSession) -> SparkSession:
     """Make ``format("klog")`` known to ``spark`` (registration is per session)."""
-    from pipeline.source import KlogDataSource
+    from klog_pipeline.source import KlogDataSource
 
     spark.dataSource.register(KlogDataSource)
     return spark

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from klog import Admin, Consumer, TopicPartition
 from klog.errors import KlogError
-from pipeline.options import SourceOptions, Subscription
+from klog_pipeline.options import SourceOptions, Subscription
 
 TP = tuple[str, int]
 LOOKUP_TIMEOUT_MS = 30_000

@@ -5,7 +5,7 @@ partition's leader, leader epoch, replicas and ISR, and the partitions that are 
 live leader) or under-replicated (fewer live replicas in the ISR than replicas), as Kafka's
 UnderReplicatedPartitions counts them. Read-only: one pass over the znodes, no registration,
 no watches kept. `--problems` lists only the partitions that are offline or under-replicated.
-`klog cluster reassign` is in `cli/cluster_reassign.py`.
+`klog cluster reassign` is in `klog_cli/cluster_reassign.py`.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from rich.console import Console
 from rich.table import Table
 
 from appliance.config import ConfigError, load_config
-from cli import cluster_elect, cluster_reassign
 from cluster.fleet_view import FleetSnapshot, read_fleet
 from cluster.placement import appliance_of
 from cluster.session import Session, ZooKeeperUnavailable
+from klog_cli import cluster_elect, cluster_reassign
 
 
 def add_arguments(parser) -> None:

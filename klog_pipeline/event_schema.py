@@ -4,7 +4,7 @@ A log event is a JSON object. The table keeps its top-level fields as typed colu
 in a DDL string such as ``"user string, page string, n bigint, ok boolean"``. Types: string,
 bigint (alias long), int (alias integer), double, boolean. A string column holds strings as
 they are and any other JSON value (object, array, number) as its JSON text; the other types
-take only their JSON counterpart (see `pipeline.events` for what becomes a reject).
+take only their JSON counterpart (see `klog_pipeline.events` for what becomes a reject).
 
 Beside the fields, every row carries the klog coordinates ``_key``, ``_partition``,
 ``_offset``, ``_timestamp`` and ``_extra``: the JSON of any fields the schema does not have,

@@ -5,7 +5,8 @@ liveness, restarts, partitions, offsets, sizes, rates) is what the supervisor an
 publish there. Rates are the difference of two snapshots `--interval` seconds apart; messages
 out are estimated from bytes out and the partition's bytes per message in, because workers
 serve batches without counting the records inside them. Consumer groups and their lag come
-from the reports the coordinating workers publish in their shm metrics areas (cli/status_groups.py).
+from the reports the coordinating workers publish in their shm metrics areas
+(klog_cli/status_groups.py).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from appliance.config import ConfigError, load_config
 from appliance.shm.appliance_region import ApplianceRegion
 from appliance.shm.region import RegionError
 from appliance.shm.status import rates
-from cli.status_groups import groups_tables, read_groups
+from klog_cli.status_groups import groups_tables, read_groups
 
 
 def add_arguments(parser) -> None:

@@ -1,5 +1,5 @@
 """The hourly loader's command line, shared by ``klog load-hourly`` and the spark-submit job
-file (`pipeline.job`), so both take the same options and behave the same.
+file (`klog_pipeline.job`), so both take the same options and behave the same.
 
 Exit status: 0 when every hour asked for is loaded, already loaded or empty; 1 when one was
 refused (not complete, gap or overlap) or failed; 2 for a usage error (argparse).
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from pipeline.hours import Hour, parse_moment_ms
+from klog_pipeline.hours import Hour, parse_moment_ms
 
 
 def hour(text: str) -> Hour:
@@ -60,7 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser, *, with_master: bool = True) 
 
 
 def settings_from(args):
-    from pipeline.loader import LoadSettings
+    from klog_pipeline.loader import LoadSettings
 
     return LoadSettings(
         bootstrap_servers=args.bootstrap_server, topic=args.topic, warehouse=args.warehouse,
@@ -73,9 +73,9 @@ def run(args, spark=None, console: Console | None = None) -> int:
     """Load what ``args`` ask for on ``spark`` (a new local session on ``args.master`` if
     None, stopped at the end); print the progress and the summary."""
     from klog.errors import KlogError
-    from pipeline.ledger import LedgerError
-    from pipeline.loader import HourlyLoader
-    from pipeline.progress import Reporter
+    from klog_pipeline.ledger import LedgerError
+    from klog_pipeline.loader import HourlyLoader
+    from klog_pipeline.progress import Reporter
 
     console = console or Console()
     if args.reload and args.catch_up:
@@ -85,7 +85,7 @@ def run(args, spark=None, console: Console | None = None) -> int:
     reporter = Reporter(console)
     own_session = spark is None
     if own_session:
-        from pipeline.session import open_session
+        from klog_pipeline.session import open_session
 
         spark = open_session(args.master, app_name=f"klog load-hourly {args.topic}")
     try:

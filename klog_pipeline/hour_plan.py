@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipeline.hours import Hour
-from pipeline.lookups import LogLookups
+from klog_pipeline.hours import Hour
+from klog_pipeline.lookups import LogLookups
 
 
 @dataclass(frozen=True)

@@ -29,8 +29,8 @@ from pathlib import Path
 
 import orjson
 
-from pipeline.files import write_atomic
-from pipeline.hours import Hour
+from klog_pipeline.files import write_atomic
+from klog_pipeline.hours import Hour
 
 LOADED, INCOMPLETE, RELOADING = "loaded", "incomplete", "reloading"
 FORMAT = 1
