@@ -25,7 +25,7 @@ def _answer(worker, topic: str, part) -> api.EpochEndOffset:
     if not worker.leads(topic, part.partition):
         return refuse(worker.absent_partition_error(topic, part.partition))
     partition = worker.partitions.get(topic, part.partition)
-    current = partition.role.leader_epoch if partition.role is not None else None
+    current = partition.role.state.leader_epoch if partition.role is not None else None
     if part.current_leader_epoch >= 0 and current is not None:
         if part.current_leader_epoch < current:
             return refuse(ErrorCode.FENCED_LEADER_EPOCH)

@@ -120,7 +120,7 @@ class ReplicaManager:
         """Whether this worker's replica of `key` is in its ISR (a throttle spares it)."""
         partition = self.replicas.get(*key)
         role = partition.role if partition is not None else None
-        return role is not None and self.node_id in role.isr
+        return role is not None and self.node_id in role.state.isr
 
     # the fetchers ------------------------------------------------------------------------
 
@@ -141,9 +141,9 @@ class ReplicaManager:
         """The partition if this worker still follows `leader` in `leader_epoch` for it."""
         partition = self.replicas.get(*key)
         role = partition.role if partition is not None else None
-        if role is None or role.leading or role.leader != leader:
+        if role is None or role.leading or role.state.leader != leader:
             return None
-        return partition if role.leader_epoch == leader_epoch else None
+        return partition if role.state.leader_epoch == leader_epoch else None
 
     def now_ms(self) -> int:
         return self.context.now_ms()
@@ -166,9 +166,9 @@ class ReplicaManager:
         role.isr_asked_at = now
         role.isr_pending = True
         loop = asyncio.get_running_loop()
-        request = AlterPartition(partition.topic, partition.index, role.leader_epoch,
+        request = AlterPartition(partition.topic, partition.index, role.state.leader_epoch,
                                  tuple(isr))
-        before = role.isr
+        before = role.state.isr
         try:
             self.context.control.alter_partition(
                 request, lambda error: loop.call_soon(self._isr_answered, partition, role,
@@ -201,7 +201,7 @@ class ReplicaManager:
                 if lagging:
                     log.warning("%s-%d: %s not caught up for %.1f s: leaving the ISR",
                                 *partition.key, lagging, lag_s)
-                    self.ask_isr(partition, tuple(r for r in partition.role.isr
+                    self.ask_isr(partition, tuple(r for r in partition.role.state.isr
                                                   if r not in lagging))
 
     # checkpoints -------------------------------------------------------------------------

@@ -94,14 +94,14 @@ class Partition:
     def leader_epoch(self) -> int | None:
         """The epoch this replica leads in (stamped into its appends); None otherwise."""
         role = self.role
-        return role.leader_epoch if role is not None and role.leading else None
+        return role.state.leader_epoch if role is not None and role.leading else None
 
     def acks_all_refusal(self) -> ErrorCode | None:
         """NOT_ENOUGH_REPLICAS while a replicated leader's ISR is below min.insync.replicas."""
         role = self.role
         if role is None or not role.leading:
             return None
-        if len(role.isr) < self.log.config.min_insync_replicas:
+        if len(role.state.isr) < self.log.config.min_insync_replicas:
             return ErrorCode.NOT_ENOUGH_REPLICAS
         return None
 
@@ -219,21 +219,21 @@ class Partition:
         (UNKNOWN_LEADER_EPOCH); either way it must not copy from this log now. Raises
         OffsetOutOfRangeError, StorageError as a read does."""
         role = self.role
-        if role is None or not role.leading or replica_id not in role.replicas:
+        if role is None or not role.leading or replica_id not in role.state.replicas:
             return ErrorCode.NOT_LEADER_OR_FOLLOWER
-        if 0 <= current_leader_epoch < role.leader_epoch:
+        if 0 <= current_leader_epoch < role.state.leader_epoch:
             return ErrorCode.FENCED_LEADER_EPOCH
-        if current_leader_epoch > role.leader_epoch:
+        if current_leader_epoch > role.state.leader_epoch:
             return ErrorCode.UNKNOWN_LEADER_EPOCH
         plog = self.log
         if fetch_offset <= plog.log_end_offset:
             role.note_fetch(replica_id, fetch_offset, plog.log_end_offset, time.monotonic())
             self.update_high_watermark()
-            if (replica_id not in role.isr and fetch_offset >= plog.high_watermark
+            if (replica_id not in role.state.isr and fetch_offset >= plog.high_watermark
                     and replica_id in (self._context.control.fleet_nodes or {})):
                 # caught up, and live as the fleet sees it (or the controller, which drops
                 # dead nodes from the ISR, would drop it again)
-                self._ask_isr(self, tuple(role.isr) + (replica_id,))
+                self._ask_isr(self, tuple(role.state.isr) + (replica_id,))
         if max_bytes <= 0:
             return EMPTY_SLICE
         return plog.read_replica(fetch_offset, max_bytes)
@@ -247,7 +247,7 @@ class Partition:
         if high_watermark is not None and plog.set_high_watermark(high_watermark):
             self.publish()
             self._context.waiters.notify_readers(*self.key)  # followers wait for batches
-        short = len(role.isr) < plog.config.min_insync_replicas
+        short = len(role.state.isr) < plog.config.min_insync_replicas
         self._acks.release(plog.high_watermark, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
                            if short else ErrorCode.NONE)
 
@@ -261,9 +261,9 @@ class Partition:
         """The controller wrote the ISR this leader asked for in `leader_epoch`: it is ours
         now, before the fleet's broadcast says so. False if the role moved on meanwhile."""
         role = self.role
-        if role is None or not role.leading or role.leader_epoch != leader_epoch:
+        if role is None or not role.leading or role.state.leader_epoch != leader_epoch:
             return False
-        role.isr = tuple(isr)
+        role.with_isr(isr)
         self.update_high_watermark()
         return True
 
@@ -381,7 +381,7 @@ class Partition:
 
     def update_replicas(self, state: PartitionLeadership) -> None:
         """Same leader, same epoch: only the replicas and the ISR changed."""
-        self.role.replicas, self.role.isr = state.replicas, state.isr
+        self.role.state = state
         if self.role.leading:
             self.update_high_watermark()
 

@@ -11,17 +11,14 @@ and arithmetic: the `Partition` applies the outcome.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from appliance.controller.topics import PartitionLeadership
 
 
 @dataclass
 class Role:
-    leader: int
-    leader_epoch: int
-    replicas: tuple[int, ...]
-    isr: tuple[int, ...]
+    state: PartitionLeadership  # the controller's decision, the one shape workers see
     leading: bool
     follower_ends: dict[int, int] = field(default_factory=dict)  # leader only: node -> LEO
     # leader only: when each follower last caught up, i.e. fetched at the leader's log end as
@@ -36,7 +33,7 @@ class Role:
         """The role `state` gives the replica on `node_id`. A new leader gives every follower
         a full lag period from now."""
         leading = state.leader == node_id
-        role = cls(state.leader, state.leader_epoch, state.replicas, state.isr, leading)
+        role = cls(state, leading)
         if leading:
             role.caught_up_at = dict.fromkeys(state.replicas, now)
         return role
@@ -44,8 +41,11 @@ class Role:
     def same_term(self, state: PartitionLeadership, node_id: int) -> bool:
         """Whether `state` keeps this role (same leader, same epoch): only the replicas and
         the ISR may have changed."""
-        return (self.leading == (state.leader == node_id) and self.leader == state.leader
-                and self.leader_epoch == state.leader_epoch)
+        return (self.leading == (state.leader == node_id) and self.state.leader == state.leader
+                and self.state.leader_epoch == state.leader_epoch)
+
+    def with_isr(self, isr: tuple[int, ...]) -> None:
+        self.state = replace(self.state, isr=tuple(isr))
 
     def note_fetch(self, replica: int, fetch_offset: int, log_end: int, now: float) -> None:
         """A follower fetched at `fetch_offset` (its log end now) while ours was `log_end`."""
@@ -55,7 +55,7 @@ class Role:
         self.end_at_last_fetch[replica] = log_end
 
     def others_in_sync(self, node_id: int) -> list[int]:
-        return [r for r in self.isr if r != node_id]
+        return [r for r in self.state.isr if r != node_id]
 
     def high_watermark(self, own_end: int, node_id: int) -> int | None:
         """The lowest log end in the ISR, ours included; None while a follower of the ISR has
