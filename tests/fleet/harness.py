@@ -11,6 +11,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import orjson
@@ -23,22 +24,36 @@ from tests.conftest import Appliance
 SESSION_MS = 6000
 
 
+@dataclass(frozen=True)
+class FleetSpec:
+    """The fleet a test module runs (its `FLEET`, started once for the module by the `fleet`
+    fixture of tests/fleet/conftest.py): appliances `broker_ids`, `log_dirs` workers each,
+    under `chroot`, with `settings` (and `settings_of[broker_id]` for one appliance only);
+    `joining_later` are configured alike but not started (a test starts them)."""
+
+    chroot: str
+    settings: dict[str, str] = field(default_factory=dict)
+    settings_of: dict[int, dict[str, str]] = field(default_factory=dict)
+    broker_ids: tuple[int, ...] = (1, 2, 3)
+    log_dirs: int = 2
+    joining_later: tuple[int, ...] = ()
+
+
 @contextlib.contextmanager
-def running_fleet(ensemble, root: Path, chroot: str, *, broker_ids=(1, 2, 3), log_dirs: int = 2,
-                  settings: dict[str, str] | None = None,
-                  settings_of: dict[int, dict[str, str]] | None = None,
-                  ) -> Iterator[list[Appliance]]:
-    """Appliances `broker_ids` (log_dirs workers each) in one fleet under `chroot`, started
-    in order and stopped whatever happens; yields once Metadata lists every node.
-    `settings_of[broker_id]` adds to `settings` for that appliance only."""
+def running_fleet(ensemble, root: Path, spec: FleetSpec) -> Iterator[list[Appliance]]:
+    """The appliances of `spec`, started in order (those joining later after them, not
+    started) and stopped whatever happens; yields once Metadata lists every started node."""
     appliances: list[Appliance] = []
+
+    def configured(broker_id: int) -> Appliance:
+        return fleet_appliance(ensemble, root, spec.chroot, broker_id, log_dirs=spec.log_dirs,
+                               settings={**spec.settings, **spec.settings_of.get(broker_id, {})})
+
     try:
-        for broker_id in broker_ids:
-            appliances.append(fleet_appliance(
-                ensemble, root, chroot, broker_id, log_dirs=log_dirs,
-                settings={**(settings or {}), **(settings_of or {}).get(broker_id, {})}
-            ).start(timeout_s=60))
-        wait_for_brokers(appliances[0], log_dirs * len(broker_ids))
+        for broker_id in spec.broker_ids:
+            appliances.append(configured(broker_id).start(timeout_s=60))
+        wait_for_brokers(appliances[0], spec.log_dirs * len(spec.broker_ids))
+        appliances += [configured(broker_id) for broker_id in spec.joining_later]
         yield appliances
     finally:
         for appliance in appliances:
