@@ -20,6 +20,7 @@ from confluent_kafka.admin import AdminClient
 
 from klog.protocol.record_batch import HEADER_BYTES, read_header
 from tests.conftest import Appliance
+from tests.polling import wait_until
 
 SESSION_MS = 6000
 
@@ -89,17 +90,6 @@ def wait_for_brokers(appliance: Appliance, count: int, timeout_s: float = 30) ->
                f"Metadata to list {count} brokers")
 
 
-def wait_until(predicate, timeout_s: float, what: str):
-    """The predicate's first truthy value, polled; AssertionError naming `what` on timeout."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def led(bootstrap: str, topic: str, partitions: int) -> bool:
     """Whether Metadata from `bootstrap` shows every partition of `topic` with a leader."""
     found = metadata(bootstrap).topics.get(topic)
@@ -144,7 +134,7 @@ def replica_batches(appliance: Appliance, topic: str, partition: int) -> list[tu
             batches = []
             for path in sorted(directory.glob("*.log")):
                 batches += [(h.base_offset, h.last_offset_delta, h.partition_leader_epoch,
-                             h.crc) for h in _headers(path.read_bytes())]
+                             h.crc) for h in batch_headers(path.read_bytes())]
             return batches
     return None
 
@@ -171,7 +161,7 @@ def replica_bytes(appliance: Appliance, topic: str, partition: int) -> int | Non
     return None
 
 
-def _headers(data: bytes):
+def batch_headers(data: bytes):
     """The batches of a segment file, up to its preallocated zeros."""
     pos = 0
     while len(data) - pos >= HEADER_BYTES:

@@ -20,8 +20,8 @@ from tests.fleet.harness import (
     led,
     metadata,
     read_values,
-    wait_until,
 )
+from tests.polling import wait_until
 
 pytestmark = pytest.mark.interop
 

@@ -34,9 +34,9 @@ from tests.fleet.harness import (
     led,
     partition_state,
     replica_batches,
-    wait_until,
 )
 from tests.fleet.readers import READERS
+from tests.polling import wait_until
 from tests.worker.raw import RawClient
 
 pytestmark = pytest.mark.interop

@@ -34,8 +34,8 @@ from tests.fleet.harness import (
     metadata,
     partition_state,
     read_partition,
-    wait_until,
 )
+from tests.polling import wait_until
 
 pytestmark = pytest.mark.interop
 

@@ -32,8 +32,8 @@ from tests.fleet.harness import (
     led,
     partition_state,
     replica_batches,
-    wait_until,
 )
+from tests.polling import wait_until
 from tests.worker.raw import RawClient
 
 pytestmark = pytest.mark.interop

@@ -36,8 +36,8 @@ from tests.fleet.harness import (
     replica_batches,
     replica_bytes,
     wait_for_brokers,
-    wait_until,
 )
+from tests.polling import wait_until
 
 pytestmark = pytest.mark.interop
 

@@ -32,8 +32,8 @@ from tests.fleet.harness import (
     partition_state,
     read_partition,
     replica_batches,
-    wait_until,
 )
+from tests.polling import wait_until
 
 pytestmark = pytest.mark.interop
 
