@@ -26,7 +26,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import orjson
@@ -36,6 +35,7 @@ from appliance.workers.groups.offsets_log import partition_for
 from tests.conftest import REPO, Appliance
 from tests.faults.network import Network
 from tests.fleet.zookeeper import Ensemble
+from tests.polling import wait_until
 
 SESSION_MS = 6000  # zookeeper.session.timeout.ms of every appliance
 LAG_MS = 3000  # replica.lag.time.max.ms: a cut follower leaves the ISR soon (as tests/fleet)
@@ -69,17 +69,6 @@ CPYTHON_QUIRKS = [
     # logs InvalidStateError after the connection is closed (python/cpython#157025)
     ("_call_connection_lost", "_empty_waiter.set_exception", "InvalidStateError"),
 ]
-
-
-def wait_until(predicate, timeout_s: float, what: str, interval_s: float = 0.2):
-    """The predicate's first truthy value, polled; AssertionError naming `what` on timeout."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval_s)
-    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
 
 
 class FaultFleet:

@@ -33,9 +33,9 @@ from tests.faults.fleet import (
     SESSION_MS,
     SPARE,
     FaultFleet,
-    wait_until,
 )
 from tests.faults.workload import PARTITIONS, Workload
+from tests.polling import wait_until
 
 pytestmark = pytest.mark.interop
 

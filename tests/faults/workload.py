@@ -23,7 +23,6 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KafkaTopicPartition
 
-from klog.protocol.record_batch import HEADER_BYTES, read_header
 from tests.faults.checker import (
     Ack,
     Batch,
@@ -41,7 +40,9 @@ from tests.faults.clients import (
     KafkaPythonWriter,
     Writer,
 )
-from tests.faults.fleet import NODES_PER_APPLIANCE, FaultFleet, wait_until
+from tests.faults.fleet import NODES_PER_APPLIANCE, FaultFleet
+from tests.fleet.harness import batch_headers
+from tests.polling import wait_until
 
 CONFLUENT_RATE = 150  # records per second
 KAFKA_PYTHON_RATE = 40
@@ -280,18 +281,10 @@ def replicas_on_disk(fleet: FaultFleet, topic: str) -> dict[str, dict[int, list[
             for p in range(PARTITIONS):
                 directory = disk / f"{topic}-{p}"
                 if directory.is_dir():
-                    partitions[p] = [b for path in sorted(directory.glob("*.log"))
-                                     for b in _batches(path.read_bytes())]
+                    partitions[p] = [
+                        Batch(h.base_offset, h.base_offset + h.last_offset_delta,
+                              h.partition_leader_epoch, h.crc)
+                        for path in sorted(directory.glob("*.log"))
+                        for h in batch_headers(path.read_bytes())]
         out[f"a{broker_id}"] = partitions
     return out
-
-
-def _batches(data: bytes):
-    pos = 0
-    while len(data) - pos >= HEADER_BYTES:
-        header = read_header(data, pos)
-        if header.batch_length == 0:
-            return
-        yield Batch(header.base_offset, header.base_offset + header.last_offset_delta,
-                    header.partition_leader_epoch, header.crc)
-        pos += header.size

@@ -1,7 +1,10 @@
-"""One real three-server ZooKeeper ensemble per test module (Debian's zookeeper package)."""
+"""What a fleet test module runs on: one real three-server ZooKeeper ensemble (Debian's
+zookeeper package) and, once for the module, the fleet its `FLEET` (a FleetSpec) describes,
+with a ZooKeeper client in that fleet's chroot."""
 
 import pytest
 
+from tests.fleet.harness import FleetSpec, running_fleet, zk_client
 from tests.fleet.zookeeper import Ensemble, unavailable_reason
 
 
@@ -16,3 +19,29 @@ def ensemble(tmp_path_factory):
         yield zk
     finally:
         zk.close()
+
+
+def _spec(request) -> FleetSpec:
+    spec = getattr(request.module, "FLEET", None)
+    if not isinstance(spec, FleetSpec):
+        raise TypeError(f"{request.module.__name__} uses the fleet fixtures without a "
+                        f"FLEET = FleetSpec(...)")
+    return spec
+
+
+@pytest.fixture(scope="module")
+def fleet(ensemble, tmp_path_factory, request):
+    """The module's appliances, started once for all its tests (a fleet is slow to start,
+    and the tests of a module read as one story on it)."""
+    spec = _spec(request)
+    with running_fleet(ensemble, tmp_path_factory.mktemp(spec.chroot.strip("/")),
+                       spec) as appliances:
+        yield appliances
+
+
+@pytest.fixture(scope="module")
+def zk(ensemble, request):
+    """A kazoo client in the module's fleet chroot, for reading its znodes."""
+    client = zk_client(ensemble, _spec(request).chroot)
+    yield client
+    client.stop()

@@ -11,6 +11,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import orjson
@@ -19,26 +20,41 @@ from confluent_kafka.admin import AdminClient
 
 from klog.protocol.record_batch import HEADER_BYTES, read_header
 from tests.conftest import Appliance
+from tests.polling import wait_until
 
 SESSION_MS = 6000
 
 
+@dataclass(frozen=True)
+class FleetSpec:
+    """The fleet a test module runs (its `FLEET`, started once for the module by the `fleet`
+    fixture of tests/fleet/conftest.py): appliances `broker_ids`, `log_dirs` workers each,
+    under `chroot`, with `settings` (and `settings_of[broker_id]` for one appliance only);
+    `joining_later` are configured alike but not started (a test starts them)."""
+
+    chroot: str
+    settings: dict[str, str] = field(default_factory=dict)
+    settings_of: dict[int, dict[str, str]] = field(default_factory=dict)
+    broker_ids: tuple[int, ...] = (1, 2, 3)
+    log_dirs: int = 2
+    joining_later: tuple[int, ...] = ()
+
+
 @contextlib.contextmanager
-def running_fleet(ensemble, root: Path, chroot: str, *, broker_ids=(1, 2, 3), log_dirs: int = 2,
-                  settings: dict[str, str] | None = None,
-                  settings_of: dict[int, dict[str, str]] | None = None,
-                  ) -> Iterator[list[Appliance]]:
-    """Appliances `broker_ids` (log_dirs workers each) in one fleet under `chroot`, started
-    in order and stopped whatever happens; yields once Metadata lists every node.
-    `settings_of[broker_id]` adds to `settings` for that appliance only."""
+def running_fleet(ensemble, root: Path, spec: FleetSpec) -> Iterator[list[Appliance]]:
+    """The appliances of `spec`, started in order (those joining later after them, not
+    started) and stopped whatever happens; yields once Metadata lists every started node."""
     appliances: list[Appliance] = []
+
+    def configured(broker_id: int) -> Appliance:
+        return fleet_appliance(ensemble, root, spec.chroot, broker_id, log_dirs=spec.log_dirs,
+                               settings={**spec.settings, **spec.settings_of.get(broker_id, {})})
+
     try:
-        for broker_id in broker_ids:
-            appliances.append(fleet_appliance(
-                ensemble, root, chroot, broker_id, log_dirs=log_dirs,
-                settings={**(settings or {}), **(settings_of or {}).get(broker_id, {})}
-            ).start(timeout_s=60))
-        wait_for_brokers(appliances[0], log_dirs * len(broker_ids))
+        for broker_id in spec.broker_ids:
+            appliances.append(configured(broker_id).start(timeout_s=60))
+        wait_for_brokers(appliances[0], spec.log_dirs * len(spec.broker_ids))
+        appliances += [configured(broker_id) for broker_id in spec.joining_later]
         yield appliances
     finally:
         for appliance in appliances:
@@ -72,17 +88,6 @@ def metadata(bootstrap: str):
 def wait_for_brokers(appliance: Appliance, count: int, timeout_s: float = 30) -> None:
     wait_until(lambda: len(metadata(appliance.bootstrap).brokers) == count, timeout_s,
                f"Metadata to list {count} brokers")
-
-
-def wait_until(predicate, timeout_s: float, what: str):
-    """The predicate's first truthy value, polled; AssertionError naming `what` on timeout."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def led(bootstrap: str, topic: str, partitions: int) -> bool:
@@ -129,7 +134,7 @@ def replica_batches(appliance: Appliance, topic: str, partition: int) -> list[tu
             batches = []
             for path in sorted(directory.glob("*.log")):
                 batches += [(h.base_offset, h.last_offset_delta, h.partition_leader_epoch,
-                             h.crc) for h in _headers(path.read_bytes())]
+                             h.crc) for h in batch_headers(path.read_bytes())]
             return batches
     return None
 
@@ -156,7 +161,7 @@ def replica_bytes(appliance: Appliance, topic: str, partition: int) -> int | Non
     return None
 
 
-def _headers(data: bytes):
+def batch_headers(data: bytes):
     """The batches of a segment file, up to its preallocated zeros."""
     pos = 0
     while len(data) - pos >= HEADER_BYTES:

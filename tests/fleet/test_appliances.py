@@ -15,28 +15,17 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from tests.conftest import Appliance, require_binary
 from tests.fleet.harness import (
     SESSION_MS,
+    FleetSpec,
     controller_and_epoch,
     led,
     metadata,
     read_values,
-    running_fleet,
-    wait_until,
 )
-from tests.fleet.harness import zk_client as chrooted_zk_client
+from tests.polling import wait_until
 
 pytestmark = pytest.mark.interop
 
-CHROOT = "/klog-fleet"
-
-
-def zk_client(ensemble):
-    return chrooted_zk_client(ensemble, CHROOT)
-
-
-@pytest.fixture(scope="module")
-def fleet(ensemble, tmp_path_factory):
-    with running_fleet(ensemble, tmp_path_factory.mktemp("fleet"), CHROOT) as appliances:
-        yield appliances
+FLEET = FleetSpec("/klog-fleet")
 
 
 def node_addresses(appliances):
@@ -238,71 +227,63 @@ def test_four_clients_in_one_group_across_the_fleet_survive_an_appliance_stop(fl
     assert not overlaps(members), overlaps(members)[:5]
 
 
-def test_controller_failover_after_kill_9_of_its_supervisor(fleet, ensemble):
-    zk = zk_client(ensemble)
-    try:
-        controller, epoch = wait_until(lambda: (c := controller_and_epoch(zk))[0] > 0 and c,
-                                       20, "a controller")
-        victim = fleet[controller - 1]
-        killed_at = time.monotonic()
-        victim.kill()
-        new, new_epoch = wait_until(
-            lambda: (c := controller_and_epoch(zk))[0] > 0 and c[0] != controller and c,
-            SESSION_MS / 1000 + 10, "another controller")
-        took_s = time.monotonic() - killed_at
-        assert new_epoch > epoch
-        print(f"controller failover: {took_s:.1f} s (session timeout {SESSION_MS / 1000} s)")
-        survivor = fleet[new - 1]
-        admin = AdminClient({"bootstrap.servers": survivor.bootstrap})
-        admin.create_topics([NewTopic("after-failover", 4, 1)])["after-failover"].result(30)
-        wait_until(lambda: led(survivor.bootstrap, "after-failover", 4), 30,
-                   "leaders of a topic created after the failover")
-        # the killed supervisor's workers notice its end, stop, and let go of their ports
-        wait_until(lambda: not any(Appliance._accepts(victim.port + i) for i in range(2)),
-                   30, "the orphaned workers to stop")
-        victim.start(timeout_s=60)
-        wait_until(lambda: len(metadata(survivor.bootstrap).brokers) == 6, 30,
-                   "the restarted appliance's nodes")
-    finally:
-        zk.stop()
+def test_controller_failover_after_kill_9_of_its_supervisor(fleet, zk):
+    controller, epoch = wait_until(lambda: (c := controller_and_epoch(zk))[0] > 0 and c,
+                                   20, "a controller")
+    victim = fleet[controller - 1]
+    killed_at = time.monotonic()
+    victim.kill()
+    new, new_epoch = wait_until(
+        lambda: (c := controller_and_epoch(zk))[0] > 0 and c[0] != controller and c,
+        SESSION_MS / 1000 + 10, "another controller")
+    took_s = time.monotonic() - killed_at
+    assert new_epoch > epoch
+    print(f"controller failover: {took_s:.1f} s (session timeout {SESSION_MS / 1000} s)")
+    survivor = fleet[new - 1]
+    admin = AdminClient({"bootstrap.servers": survivor.bootstrap})
+    admin.create_topics([NewTopic("after-failover", 4, 1)])["after-failover"].result(30)
+    wait_until(lambda: led(survivor.bootstrap, "after-failover", 4), 30,
+               "leaders of a topic created after the failover")
+    # the killed supervisor's workers notice its end, stop, and let go of their ports
+    wait_until(lambda: not any(Appliance._accepts(victim.port + i) for i in range(2)),
+               30, "the orphaned workers to stop")
+    victim.start(timeout_s=60)
+    wait_until(lambda: len(metadata(survivor.bootstrap).brokers) == 6, 30,
+               "the restarted appliance's nodes")
 
 
 def test_a_paused_controller_cannot_write_and_reregisters_after_its_session_expired(
-        fleet, ensemble):
+        fleet, zk):
     import os
     import signal
     admin = AdminClient({"bootstrap.servers": fleet[0].bootstrap})
     admin.create_topics([NewTopic("before-pause", 6, 1)])["before-pause"].result(30)
     wait_until(lambda: led(fleet[0].bootstrap, "before-pause", 6), 30, "leaders")
-    zk = zk_client(ensemble)
+    controller, epoch = wait_until(lambda: (c := controller_and_epoch(zk))[0] > 0 and c,
+                                   30, "a controller")
+    assert any(state["controller_epoch"] == epoch for _, state, _ in partition_states(zk))
+    paused = fleet[controller - 1]
+    others = [a for a in fleet if a is not paused]
+    own_nodes = {controller * 100, controller * 100 + 1}
+    os.kill(paused.process.pid, signal.SIGSTOP)
     try:
-        controller, epoch = wait_until(lambda: (c := controller_and_epoch(zk))[0] > 0 and c,
-                                       30, "a controller")
-        assert any(state["controller_epoch"] == epoch for _, state, _ in partition_states(zk))
-        paused = fleet[controller - 1]
-        others = [a for a in fleet if a is not paused]
-        own_nodes = {controller * 100, controller * 100 + 1}
-        os.kill(paused.process.pid, signal.SIGSTOP)
-        try:
-            wait_until(lambda: set(metadata(others[0].bootstrap).brokers).isdisjoint(own_nodes),
-                       SESSION_MS / 1000 + 10, "the paused appliance's nodes to expire")
-            new, new_epoch = wait_until(
-                lambda: (c := controller_and_epoch(zk))[0] not in (-1, controller) and c,
-                20, "another controller")
-        finally:
-            resumed_ms = time.time() * 1000
-            os.kill(paused.process.pid, signal.SIGCONT)
-        assert new_epoch > epoch
-        wait_until(lambda: len(metadata(others[0].bootstrap).brokers) == 6, 30,
-                   "re-registration on a new session, without a restart")
-        assert paused.process.poll() is None
-        time.sleep(2)  # the resumed supervisor has run its passes with its stale election
-        assert controller_and_epoch(zk) == (new, new_epoch)
-        stale = [path for path, state, mtime in partition_states(zk)
-                 if state["controller_epoch"] == epoch and mtime > resumed_ms]
-        assert not stale, f"written by the deposed controller after it resumed: {stale}"
+        wait_until(lambda: set(metadata(others[0].bootstrap).brokers).isdisjoint(own_nodes),
+                   SESSION_MS / 1000 + 10, "the paused appliance's nodes to expire")
+        new, new_epoch = wait_until(
+            lambda: (c := controller_and_epoch(zk))[0] not in (-1, controller) and c,
+            20, "another controller")
     finally:
-        zk.stop()
+        resumed_ms = time.time() * 1000
+        os.kill(paused.process.pid, signal.SIGCONT)
+    assert new_epoch > epoch
+    wait_until(lambda: len(metadata(others[0].bootstrap).brokers) == 6, 30,
+               "re-registration on a new session, without a restart")
+    assert paused.process.poll() is None
+    time.sleep(2)  # the resumed supervisor has run its passes with its stale election
+    assert controller_and_epoch(zk) == (new, new_epoch)
+    stale = [path for path, state, mtime in partition_states(zk)
+             if state["controller_epoch"] == epoch and mtime > resumed_ms]
+    assert not stale, f"written by the deposed controller after it resumed: {stale}"
 
 
 def partition_states(zk):

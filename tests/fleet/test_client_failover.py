@@ -28,39 +28,25 @@ from klog.protocol.apis import fetch, list_offsets
 from tests.fleet.harness import (
     SESSION_MS,
     AckedWriter,
+    FleetSpec,
     appliance_of,
     kill_appliance,
     led,
     partition_state,
     replica_batches,
-    running_fleet,
-    wait_until,
-    zk_client,
 )
 from tests.fleet.readers import READERS
+from tests.polling import wait_until
 from tests.worker.raw import RawClient
 
 pytestmark = pytest.mark.interop
 
-CHROOT = "/klog-client-failover"
 TOPIC = "failover"
 PARTITIONS = 6  # two led by each appliance: the kill moves two
 LAG_MS = 20_000  # replica.lag.time.max.ms: a follower stopped for a while stays in the ISR
 FENCED, UNKNOWN_EPOCH, NOT_LEADER, OFFSET_NOT_AVAILABLE = 74, 75, 6, 78
-
-
-@pytest.fixture(scope="module")
-def fleet(ensemble, tmp_path_factory):
-    with running_fleet(ensemble, tmp_path_factory.mktemp("client-failover"), CHROOT, settings={
-            "replica.lag.time.max.ms": str(LAG_MS), "default.replication.factor": "3"}) as found:
-        yield found
-
-
-@pytest.fixture(scope="module")
-def zk(ensemble):
-    client = zk_client(ensemble, CHROOT)
-    yield client
-    client.stop()
+FLEET = FleetSpec("/klog-client-failover", settings={
+    "replica.lag.time.max.ms": str(LAG_MS), "default.replication.factor": "3"})
 
 
 def states(zk) -> dict[int, dict]:

@@ -26,6 +26,7 @@ from tests.conftest import REPO, Appliance
 from tests.fleet.harness import (
     SESSION_MS,
     AckedWriter,
+    FleetSpec,
     all_replicas_equal,
     controller_and_epoch,
     kill_appliance,
@@ -33,33 +34,18 @@ from tests.fleet.harness import (
     metadata,
     partition_state,
     read_partition,
-    running_fleet,
-    wait_until,
-    zk_client,
 )
+from tests.polling import wait_until
 
 pytestmark = pytest.mark.interop
 
-CHROOT = "/klog-leadership"
 TOPIC = "orders"
 PARTITIONS = 6
 CHECK_S = 2  # leader.imbalance.check.interval.seconds of appliances 2 and 3
-
-
-@pytest.fixture(scope="module")
-def fleet(ensemble, tmp_path_factory):
-    with running_fleet(ensemble, tmp_path_factory.mktemp("leadership"), CHROOT, settings={
-            "default.replication.factor": "3", "replica.lag.time.max.ms": "5000",
-            "leader.imbalance.check.interval.seconds": str(CHECK_S)},
-            settings_of={1: {"auto.leader.rebalance.enable": "false"}}) as found:
-        yield found
-
-
-@pytest.fixture(scope="module")
-def zk(ensemble):
-    client = zk_client(ensemble, CHROOT)
-    yield client
-    client.stop()
+FLEET = FleetSpec("/klog-leadership", settings={
+    "default.replication.factor": "3", "replica.lag.time.max.ms": "5000",
+    "leader.imbalance.check.interval.seconds": str(CHECK_S)},
+    settings_of={1: {"auto.leader.rebalance.enable": "false"}})
 
 
 @pytest.fixture(scope="module")

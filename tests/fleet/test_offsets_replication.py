@@ -26,20 +26,18 @@ from klog.protocol.apis import offset_commit, offset_fetch
 from klog.protocol.error_codes import ErrorCode
 from tests.fleet.harness import (
     SESSION_MS,
+    FleetSpec,
     appliance_of,
     kill_appliance,
     led,
     partition_state,
     replica_batches,
-    running_fleet,
-    wait_until,
-    zk_client,
 )
+from tests.polling import wait_until
 from tests.worker.raw import RawClient
 
 pytestmark = pytest.mark.interop
 
-CHROOT = "/klog-offsets"
 OFFSETS = "__consumer_offsets"
 OFFSETS_PARTITIONS = 3
 TOPIC = "tracked"
@@ -47,24 +45,10 @@ PARTITIONS = 3
 PER_PARTITION = 4000
 BATCH = 20  # records per poll, each poll's positions committed at once
 LAG_MS = 5000  # replica.lag.time.max.ms: stopped followers leave the ISR soon
-
-
-@pytest.fixture(scope="module")
-def fleet(ensemble, tmp_path_factory):
-    with running_fleet(ensemble, tmp_path_factory.mktemp("offsets"), CHROOT, log_dirs=1,
-                       settings={"offsets.topic.num.partitions": str(OFFSETS_PARTITIONS),
-                                 "offsets.topic.segment.bytes": str(64 * 1024),
-                                 "default.replication.factor": "3",
-                                 "min.insync.replicas": "2",
-                                 "replica.lag.time.max.ms": str(LAG_MS)}) as found:
-        yield found
-
-
-@pytest.fixture(scope="module")
-def zk(ensemble):
-    client = zk_client(ensemble, CHROOT)
-    yield client
-    client.stop()
+FLEET = FleetSpec("/klog-offsets", log_dirs=1, settings={
+    "offsets.topic.num.partitions": str(OFFSETS_PARTITIONS),
+    "offsets.topic.segment.bytes": str(64 * 1024), "default.replication.factor": "3",
+    "min.insync.replicas": "2", "replica.lag.time.max.ms": str(LAG_MS)})
 
 
 def find_coordinator(port: int, group: str) -> tuple[int, int]:

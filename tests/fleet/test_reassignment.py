@@ -27,50 +27,30 @@ from tests.conftest import REPO
 from tests.fleet.harness import (
     SESSION_MS,
     AckedWriter,
+    FleetSpec,
     controller_and_epoch,
-    fleet_appliance,
     kill_appliance,
     led,
     partition_state,
     read_partition,
     replica_batches,
     replica_bytes,
-    running_fleet,
     wait_for_brokers,
-    wait_until,
-    zk_client,
 )
+from tests.polling import wait_until
 
 pytestmark = pytest.mark.interop
 
-CHROOT = "/klog-reassign"
 TOPIC = "moving"
 PARTITIONS = 4
 SLOW = "slow"
 THROTTLE = 1_000_000  # bytes per second, per node
 SLOW_BYTES = 4_000_000  # copied under the throttle: at least 4 s
 # a moved-away log is set aside at once and removed file.delete.delay.ms later
-SETTINGS = {"default.replication.factor": "3", "replica.lag.time.max.ms": "5000",
-            "file.delete.delay.ms": "1000"}
-
-
-@pytest.fixture(scope="module")
-def fleet(ensemble, tmp_path_factory):
-    """Appliances 1-3 running, and appliance 4 (index 3) configured but not started."""
-    root = tmp_path_factory.mktemp("reassign")
-    with running_fleet(ensemble, root, CHROOT, settings=SETTINGS) as found:
-        fourth = fleet_appliance(ensemble, root, CHROOT, 4, settings=SETTINGS)
-        try:
-            yield found + [fourth]
-        finally:
-            fourth.stop()
-
-
-@pytest.fixture(scope="module")
-def zk(ensemble):
-    client = zk_client(ensemble, CHROOT)
-    yield client
-    client.stop()
+# appliances 1-3 running, and appliance 4 (index 3) configured but not started
+FLEET = FleetSpec("/klog-reassign", joining_later=(4,), settings={
+    "default.replication.factor": "3", "replica.lag.time.max.ms": "5000",
+    "file.delete.delay.ms": "1000"})
 
 
 def reassign(fleet, *args: str) -> subprocess.CompletedProcess:

@@ -25,38 +25,24 @@ from tests.conftest import REPO, Appliance
 from tests.fleet.harness import (
     SESSION_MS,
     AckedWriter,
+    FleetSpec,
     all_replicas_equal,
     kill_appliance,
     led,
     partition_state,
     read_partition,
     replica_batches,
-    running_fleet,
-    wait_until,
-    zk_client,
 )
+from tests.polling import wait_until
 
 pytestmark = pytest.mark.interop
 
-CHROOT = "/klog-repl"
 TOPIC = "replicated"
 PARTITIONS = 3
 FIRST_VALUE = 1_000_000  # the kill test's values, above the first test's
 LAG_MS = 3000  # replica.lag.time.max.ms: short, so a stalled follower leaves the ISR soon
-
-
-@pytest.fixture(scope="module")
-def fleet(ensemble, tmp_path_factory):
-    with running_fleet(ensemble, tmp_path_factory.mktemp("repl"), CHROOT, settings={
-            "replica.lag.time.max.ms": str(LAG_MS), "default.replication.factor": "3"}) as found:
-        yield found
-
-
-@pytest.fixture(scope="module")
-def zk(ensemble):
-    client = zk_client(ensemble, CHROOT)
-    yield client
-    client.stop()
+FLEET = FleetSpec("/klog-repl", settings={
+    "replica.lag.time.max.ms": str(LAG_MS), "default.replication.factor": "3"})
 
 
 def state(zk, partition: int, topic: str = TOPIC) -> dict:

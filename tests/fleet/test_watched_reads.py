@@ -12,7 +12,7 @@ from cluster import znodes
 from cluster.fleet_view import read_fleet, read_snapshot
 from cluster.session import Session
 from cluster.watched_reads import WatchedReads
-from tests.fleet.harness import wait_until
+from tests.polling import wait_until
 
 _chroots = itertools.count()
 

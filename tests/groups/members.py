@@ -95,16 +95,6 @@ class MemberProcess:
         return path.read_text(errors="replace")[-3000:] if path.exists() else ""
 
 
-def wait_until(predicate, timeout_s: float, what: str, interval_s: float = 0.1):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval_s)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-
-
 def overlaps(members: list[MemberProcess]) -> list[str]:
     """Every moment two members owned the same partition, described."""
     found = []

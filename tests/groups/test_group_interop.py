@@ -15,8 +15,9 @@ import pytest
 from klog.protocol.apis import find_coordinator
 from klog.wire import connect_any
 from tests.conftest import FAST_GROUPS, require_binary
-from tests.groups.members import MemberProcess, overlaps, wait_until
+from tests.groups.members import MemberProcess, overlaps
 from tests.interop.helpers import create_topic
+from tests.polling import wait_until
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
