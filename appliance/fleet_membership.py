@@ -1,7 +1,7 @@
 """The supervisor's link to the fleet: `cluster.ClusterMember` in the appliance's terms.
 
 It turns the appliance's config into a membership (node ids by `node_id_for`, the advertised
-address, `broker.rack`), the fleet's snapshot into the `FleetView` that `FleetDecisions`
+address, `broker.rack`), the fleet's snapshot into the `FleetView` that `FleetRelay`
 follows, and admin requests into `TopicResult`s after the checks every controller makes.
 Producer ids come from fleet-wide blocks, so two appliances never hand out the same one.
 """
@@ -12,9 +12,9 @@ import logging
 from collections.abc import Callable
 
 from appliance.config import BrokerConfig
-from appliance.controller.channel import AlterPartition
-from appliance.controller.fleet import FleetTopic, FleetView
-from appliance.controller.topics import (
+from appliance.control.channel import AlterPartition
+from appliance.control.fleet import FleetTopic, FleetView
+from appliance.control.topics import (
     INTERNAL_PREFIX,
     FleetNode,
     PartitionLeadership,

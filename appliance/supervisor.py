@@ -1,10 +1,10 @@
 """The supervisor: a pre-fork master in the style of gunicorn's arbiter.
 
-It owns the config, the shared-memory region, the listening sockets (worker i listens on
-port + i; worker 0's port is the bootstrap port), the control channels, and the controller
-(topic creation and placement). It forks one worker per `log.dirs` entry with `os.fork`
-rather than a process pool, because it needs the arbiter's control over signals, inherited
-sockets and exit codes.
+It owns the config, the shared-memory region, the listening sockets (worker i listens on port +
+i; worker 0's port is the bootstrap port), the control channels, and the topic decisions
+(`LocalDecider` alone, `FleetRelay` in a fleet: topic creation and placement). It forks one
+worker per `log.dirs` entry with `os.fork` rather than a process pool, because it needs the
+arbiter's control over signals, inherited sockets and exit codes.
 
 Signal handlers only queue the signal; the main loop dispatches `handle_<signal>`. Every pass
 reaps dead children (`waitpid(-1, WNOHANG)` until 0), kills workers whose heartbeat went
@@ -27,12 +27,12 @@ from dataclasses import dataclass, field
 
 from appliance import sd_notify
 from appliance.config import BrokerConfig, ConfigError, check_advertised_listener
+from appliance.control.catalog import Catalog, cluster_id
+from appliance.control.channel import Reload
+from appliance.control.decisions import LocalDecider
+from appliance.control.fleet import FleetRelay
+from appliance.control.server import ControlServer
 from appliance.controlled_shutdown import ControlledShutdown
-from appliance.controller.catalog import Catalog, cluster_id
-from appliance.controller.channel import Reload
-from appliance.controller.decisions import ApplianceController
-from appliance.controller.fleet import FleetDecisions
-from appliance.controller.server import ControlServer
 from appliance.exit_codes import BOOT_ERROR, DISK_FAILED, describe_exit
 from appliance.fleet_membership import FleetMembership
 from appliance.forking import DirectForker, ForkError, ForkServer
@@ -87,14 +87,14 @@ class Supervisor:
         try:
             self.sockets = [self._bind(i) for i in range(len(self.config.log_dirs))]
             if self.config.zookeeper_connect:
-                controller, cluster = self._join_fleet()
+                decider, cluster = self._join_fleet()
             else:
-                controller, cluster = self._run_alone()
+                decider, cluster = self._run_alone()
             self._claim_log_dirs(cluster)
             self._serve_metrics()
             # slots first: a worker told about a new topic must find its partitions' slots
-            self.region.follow(controller)
-            self.control = ControlServer(controller, cluster_id=cluster,
+            self.region.follow(decider)
+            self.control = ControlServer(decider, cluster_id=cluster,
                                          broker_id=self.config.broker_id,
                                          on_ready=self._worker_ready)
             self._install_signals()
@@ -114,10 +114,10 @@ class Supervisor:
         forker = DirectForker if self.config.metrics_port is None else ForkServer
         self.forker = forker(self._worker_child, signals=HANDLED_SIGNALS,
                              close_in_child=self._inherited_by_children)
-        controller = ApplianceController(catalog, defaults=self.config.log_defaults,
+        decider = LocalDecider(catalog, defaults=self.config.log_defaults,
                                          default_partitions=self.config.num_partitions,
                                          worker_count=len(self.config.log_dirs))
-        return controller, cluster_id(self.config.log_dirs[0])
+        return decider, cluster_id(self.config.log_dirs[0])
 
     def _join_fleet(self):
         """Cluster mode: the fork server first (kazoo starts threads), then the ZooKeeper
@@ -127,12 +127,12 @@ class Supervisor:
                                  close_in_child=self._inherited_by_children)
         self.fleet = FleetMembership(self.config, wake=self._wake)
         self.fleet.start()
-        controller = FleetDecisions(
+        decider = FleetRelay(
             self.fleet, broker_id=self.config.broker_id, defaults=self.config.log_defaults,
             default_partitions=self.config.num_partitions,
             default_replication_factor=self.config.default_replication_factor)
-        controller.refresh()
-        return controller, self.fleet.cluster_id
+        decider.refresh()
+        return decider, self.fleet.cluster_id
 
     def _serve_metrics(self) -> None:
         """Start the Prometheus endpoint when metrics.port is set (after the fork server)."""
@@ -190,7 +190,7 @@ class Supervisor:
                 self._dispatch(self._signals.pop(0))
             self._reap()
             if self.fleet is not None:
-                self.control.controller.refresh()
+                self.control.decider.refresh()
             if self._draining is not None and self._draining.poll():
                 self._draining = None
                 self._stop_workers()
@@ -274,8 +274,8 @@ class Supervisor:
         if fixed:
             log.warning("reload: %s change only with a restart", ", ".join(fixed))
         sd_notify.notify("RELOADING=1")
-        self.control.controller.defaults = new.log_defaults
-        self.control.controller.default_partitions = new.num_partitions
+        self.control.decider.defaults = new.log_defaults
+        self.control.decider.default_partitions = new.num_partitions
         self.control.broadcast(Reload(new.log_defaults, new.num_partitions,
                                       new.log_retention_check_interval_ms))
         log.info("reloaded configuration")

@@ -94,11 +94,11 @@ class ApplianceRegion:
 
     # -- the supervisor --------------------------------------------------------------------------
 
-    def follow(self, controller) -> None:
-        """Give every partition of the controller's topics a slot, now and on every change."""
-        for info in controller.topics():
+    def follow(self, decider) -> None:
+        """Give every partition of the decider's topics a slot, now and on every change."""
+        for info in decider.topics():
             self._place(info.name, info)
-        controller.add_listener(self._place)
+        decider.add_listener(self._place)
 
     def _place(self, name: str, info) -> None:
         table = self.partitions

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from appliance.controller.topics import TopicInfo
+from appliance.control.topics import TopicInfo
 from klog.protocol.error_codes import ErrorCode
 
 NO_EPOCH = -1

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from appliance.config import BrokerConfig
-from appliance.controller.interface import Controller
-from appliance.controller.topics import FleetNode, TopicInfo
+from appliance.control.interface import ControlPlane
+from appliance.control.topics import FleetNode, TopicInfo
 from appliance.segments.group_commit import GroupCommitter
 from appliance.segments.readable import ReadableLog
 from klog.protocol.error_codes import ErrorCode
@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # the worker's own parts: imported for their types only
 
 class HandlerContext(Protocol):
     config: BrokerConfig
-    controller: Controller
+    control: ControlPlane
     index: int
     node_id: int
     controller_node_id: int

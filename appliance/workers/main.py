@@ -18,8 +18,8 @@ import socket
 import sys
 
 from appliance.config import BrokerConfig
-from appliance.controller.channel import ControlChannelError, Ready
-from appliance.controller.client import ControllerClient
+from appliance.control.channel import ControlChannelError, Ready
+from appliance.control.client import ControlPlaneClient
 from appliance.exit_codes import BOOT_ERROR, DISK_FAILED, OK
 from appliance.segments.errors import StorageError
 from appliance.shm.appliance_region import ApplianceRegion
@@ -39,10 +39,10 @@ def worker_main(config: BrokerConfig, index: int, sock: socket.socket,
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     try:
         region = ApplianceRegion.attach(region_name)
-        controller = ControllerClient(control_sock, defaults=config.log_defaults,
+        control = ControlPlaneClient(control_sock, defaults=config.log_defaults,
                                       default_partitions=config.num_partitions)
-        controller.wait_for_catalog()
-        worker = Worker(config, index=index, controller=controller, region=region)
+        control.wait_for_catalog()
+        worker = Worker(config, index=index, control=control, region=region)
     except ControlChannelError as exc:
         log.error("worker %d: the supervisor went away during start-up: %s", index, exc)
         return BOOT_ERROR
@@ -51,10 +51,10 @@ def worker_main(config: BrokerConfig, index: int, sock: socket.socket,
     except (StorageError, OSError) as exc:
         log.error("worker %d: cannot open the logs on %s: %s", index, worker.log_dir, exc)
         return DISK_FAILED
-    return asyncio.run(_serve(worker, sock, controller, region))
+    return asyncio.run(_serve(worker, sock, control, region))
 
 
-async def _serve(worker: Worker, sock, controller: ControllerClient, region) -> int:
+async def _serve(worker: Worker, sock, control: ControlPlaneClient, region) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -62,18 +62,18 @@ async def _serve(worker: Worker, sock, controller: ControllerClient, region) -> 
 
     def pump_control():
         try:
-            controller.pump()
+            control.pump()
         except ControlChannelError as exc:
             log.error("worker %d: %s; stopping", worker.index, exc)
-            loop.remove_reader(controller.sock.fileno())
+            loop.remove_reader(control.sock.fileno())
             stop.set()
 
-    controller.sock.setblocking(False)
-    loop.add_reader(controller.sock.fileno(), pump_control)
+    control.sock.setblocking(False)
+    loop.add_reader(control.sock.fileno(), pump_control)
     await worker.serve(sock)
     heartbeat = asyncio.ensure_future(_beat(region, worker.index))
     region.worker_serving(worker.index)
-    controller.tell(Ready())
+    control.tell(Ready())
     log.info("worker %d serving %d partition(s) on port %d (node %d)", worker.index,
              len(worker.partitions), worker.bound_port, worker.node_id)
     await stop.wait()

@@ -1,8 +1,8 @@
 """A worker: one event loop serving the Kafka protocol for the partitions of one disk.
 
 The worker is advertised as its own Kafka node (node id = broker.id * 100 + worker index) and is
-the only writer of the partitions it owns. It learns topics and placement from its controller
-(a `Controller`: the supervisor's, over the control channel) and follows its decisions:
+the only writer of the partitions it owns. It learns topics and placement from its control plane
+(a `ControlPlane`: the supervisor's, over the control channel) and follows its decisions:
 opening logs for new partitions it owns, deleting those of deleted topics.
 Background duties run on the same loop: retention every `log.retention.check.interval.ms`,
 and time-based flushes.
@@ -18,9 +18,9 @@ import time
 from pathlib import Path
 
 from appliance.config import BrokerConfig
-from appliance.controller.channel import Reload
-from appliance.controller.interface import Controller
-from appliance.controller.topics import FleetNode, TopicInfo, appliance_rack
+from appliance.control.channel import Reload
+from appliance.control.interface import ControlPlane
+from appliance.control.topics import FleetNode, TopicInfo, appliance_rack
 from appliance.identity import node_id_for
 from appliance.segments.errors import StorageError
 from appliance.segments.group_commit import GroupCommitter
@@ -52,15 +52,15 @@ REMOTE_POLL_INTERVAL_S = 0.002
 class Worker:
     """The state one worker process serves from. Everything runs on one asyncio loop."""
 
-    def __init__(self, config: BrokerConfig, *, index: int, controller: Controller,
+    def __init__(self, config: BrokerConfig, *, index: int, control: ControlPlane,
                  region: ApplianceRegion, clock=time.time):
         self.config = config
         self.index = index
         self.clock = clock
         self.log_dir = Path(config.log_dirs[index])
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        self.controller = controller
-        self.cluster_id = controller.cluster_id
+        self.control = control
+        self.cluster_id = control.cluster_id
         self.node_id = node_id_for(config.broker_id, index)
         self.waiters = AppendWaiters()
         self.region = region
@@ -71,7 +71,7 @@ class Worker:
         # the replicas of this disk, and in cluster mode their leader and follower roles
         self.replication = ReplicaManager(ReplicaContext(
             node_id=self.node_id, worker_index=index, log_dir=self.log_dir,
-            control=controller, publisher=Publisher(region, index), waiters=self.waiters,
+            control=control, publisher=Publisher(region, index), waiters=self.waiters,
             committer=self.committer, replica_lag_time_max_ms=config.replica_lag_time_max_ms,
             statistics=self.statistics, clock=clock), config.log_defaults)
         self.partitions = self.replication.replicas
@@ -102,8 +102,8 @@ class Worker:
     @property
     def controller_node_id(self) -> int:
         """The fleet's controller in cluster mode; alone, worker 0 stands for the supervisor."""
-        if self.controller.fleet_nodes is not None:
-            return self.controller.fleet_controller_id
+        if self.control.fleet_nodes is not None:
+            return self.control.fleet_controller_id
         return node_id_for(self.config.broker_id, 0)
 
     def _local_node(self, worker_index: int) -> FleetNode:
@@ -114,8 +114,8 @@ class Worker:
 
     def nodes(self) -> list[FleetNode]:
         """The nodes that serve now: clients must not be sent to a dead one's port."""
-        if self.controller.fleet_nodes is not None:
-            return sorted(self.controller.fleet_nodes.values(), key=lambda n: n.node_id)
+        if self.control.fleet_nodes is not None:
+            return sorted(self.control.fleet_nodes.values(), key=lambda n: n.node_id)
         return [self._local_node(i) for i in range(len(self.config.log_dirs))
                 if self.is_serving(i)]
 
@@ -124,21 +124,21 @@ class Worker:
         if info.leadership is None:
             owner = info.owners[index]
             return self._local_node(owner) if self.is_serving(owner) else None
-        return self.controller.fleet_nodes.get(info.leadership[index].leader)
+        return self.control.fleet_nodes.get(info.leadership[index].leader)
 
     def leads(self, topic: str, index: int) -> bool:
         """Whether appends to this partition belong here: its log is ours, and in cluster mode
         the controller made this node its leader."""
         if self.partitions.get(topic, index) is None:
             return False
-        info = self.controller.topic(topic)
+        info = self.control.topic(topic)
         return (info is None or info.leadership is None
                 or info.leadership[index].leader == self.node_id)
 
     def absent_partition_error(self, topic: str, index: int) -> ErrorCode:
         """Why this worker has no log for a partition: the topic or partition does not exist,
         or another node leads it (clients refresh metadata and go there)."""
-        info = self.controller.topic(topic)
+        info = self.control.topic(topic)
         if info is None or not info.has_partition(index):
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         return ErrorCode.NOT_LEADER_OR_FOLLOWER
@@ -174,21 +174,21 @@ class Worker:
     # life cycle --------------------------------------------------------------------------
 
     def open_logs(self) -> None:
-        """Open every owned partition (recovering it) and follow the controller's changes."""
+        """Open every owned partition (recovering it) and follow the control plane's changes."""
         now_ms = self.now_ms()
         self.partitions.remove_deleted_leftovers()
-        for info in self.controller.topics():
+        for info in self.control.topics():
             self.partitions.open_topic(info, now_ms=now_ms)
         self.groups.follow_leadership()  # alone: loads what it owns; a fleet's wait for roles
-        self.controller.add_listener(self._on_topic_change)
-        self.controller.add_reload_listener(self._on_reload)
+        self.control.add_listener(self._on_topic_change)
+        self.control.add_reload_listener(self._on_reload)
 
     def _on_reload(self, reload: Reload) -> None:
         """Apply what a SIGHUP reloaded: defaults for new decisions, the retention period."""
         self.config = dataclasses.replace(
             self.config, log_defaults=reload.log_defaults, num_partitions=reload.num_partitions,
             log_retention_check_interval_ms=reload.log_retention_check_interval_ms)
-        self.partitions.defaults = self.controller.defaults
+        self.partitions.defaults = self.control.defaults
         log.info("worker %d reloaded its settings", self.index)
 
     def _on_topic_change(self, name, info) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from appliance.controller.channel import (
+from appliance.control.channel import (
     MAX_MESSAGE_BYTES,
     MESSAGE_TYPES,
     PREFIX,
@@ -26,7 +26,7 @@ from appliance.controller.channel import (
     TopicDeleted,
     encode,
 )
-from appliance.controller.topics import FleetNode, PartitionLeadership, TopicInfo
+from appliance.control.topics import FleetNode, PartitionLeadership, TopicInfo
 from appliance.segments.config import LogConfig
 from klog.protocol.error_codes import ErrorCode
 

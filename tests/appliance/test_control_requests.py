@@ -13,7 +13,7 @@ from __future__ import annotations
 import socket
 import threading
 
-from appliance.controller.channel import (
+from appliance.control.channel import (
     AllocateProducerId,
     AlterPartition,
     Message,
@@ -21,7 +21,7 @@ from appliance.controller.channel import (
     Reply,
     encode,
 )
-from appliance.controller.client import ControllerClient
+from appliance.control.client import ControlPlaneClient
 from appliance.segments.config import LogConfig
 from klog.protocol.error_codes import ErrorCode
 
@@ -46,7 +46,7 @@ class SupervisorEnd:
 
 def pair():
     ours, theirs = socket.socketpair()
-    client = ControllerClient(ours, defaults=LogConfig(), default_partitions=1)
+    client = ControlPlaneClient(ours, defaults=LogConfig(), default_partitions=1)
     ours.setblocking(False)  # as on the worker's loop
     return client, SupervisorEnd(theirs)
 

@@ -1,9 +1,9 @@
-"""The appliance's side of the fleet (appliance/controller/fleet.py), without a ZooKeeper:
-`FleetDecisions` turns the fleet's `FleetView` into the appliance's `TopicInfo`s and tells its
+"""The appliance's side of the fleet (appliance/control/fleet.py), without a ZooKeeper:
+`FleetRelay` turns the fleet's `FleetView` into the appliance's `TopicInfo`s and tells its
 listeners what changed, driven here by a fleet whose views the test writes out."""
 
-from appliance.controller.fleet import FleetDecisions, FleetTopic, FleetView, local_owners
-from appliance.controller.topics import (
+from appliance.control.fleet import FleetRelay, FleetTopic, FleetView, local_owners
+from appliance.control.topics import (
     FleetNode,
     PartitionLeadership,
     TopicInfo,
@@ -16,7 +16,7 @@ BROKER_ID = 2  # this appliance: nodes 200 and 201
 
 
 class ScriptedFleet:
-    """The cluster membership as FleetDecisions uses it: `view()` answers `current`, which the
+    """The cluster membership as FleetRelay uses it: `view()` answers `current`, which the
     test replaces; a created topic is what the test says it becomes."""
 
     def __init__(self, view: FleetView):
@@ -64,10 +64,10 @@ class Heard:
         self.calls.append(args)
 
 
-def following(first: FleetView) -> tuple[FleetDecisions, ScriptedFleet, Heard, Heard]:
-    """FleetDecisions on `first`, refreshed once, its listeners' record emptied after."""
+def following(first: FleetView) -> tuple[FleetRelay, ScriptedFleet, Heard, Heard]:
+    """FleetRelay on `first`, refreshed once, its listeners' record emptied after."""
     fleet = ScriptedFleet(first)
-    decisions = FleetDecisions(fleet, broker_id=BROKER_ID, defaults=LogConfig(),
+    decisions = FleetRelay(fleet, broker_id=BROKER_ID, defaults=LogConfig(),
                                default_partitions=3, default_replication_factor=2)
     topics, nodes = Heard(), Heard()
     decisions.add_listener(topics)
@@ -114,7 +114,7 @@ def test_a_topic_disappearing_is_told_as_none():
 
 def test_the_first_view_tells_the_fleet_listeners_the_nodes_and_the_controllers_node():
     fleet = ScriptedFleet(view(controller_id=3))
-    decisions = FleetDecisions(fleet, broker_id=BROKER_ID, defaults=LogConfig(),
+    decisions = FleetRelay(fleet, broker_id=BROKER_ID, defaults=LogConfig(),
                                default_partitions=3, default_replication_factor=2)
     nodes = Heard()
     decisions.add_fleet_listener(nodes)
@@ -151,7 +151,7 @@ def test_nothing_changed_calls_no_listener():
 
 def test_a_listener_that_raises_does_not_stop_the_others_hearing():
     fleet = ScriptedFleet(view(CLICKS, ORDERS))
-    decisions = FleetDecisions(fleet, broker_id=BROKER_ID, defaults=LogConfig(),
+    decisions = FleetRelay(fleet, broker_id=BROKER_ID, defaults=LogConfig(),
                                default_partitions=3, default_replication_factor=2)
 
     def broken(name, info):

@@ -1,4 +1,4 @@
-"""The declared interfaces hold: what a worker may ask of its controller (`Controller`), what
+"""The declared interfaces hold: what a worker may ask of its controller (`ControlPlane`), what
 a handler may use of its worker (`HandlerContext`), and what a Fetch reads of a log, owned or
 not (`ReadableLog`). A class that dropped or renamed a
 member would fail here before a handler failed in production."""
@@ -9,8 +9,8 @@ import textwrap
 
 import pytest
 
-from appliance.controller.client import ControllerClient
-from appliance.controller.interface import Controller
+from appliance.control.client import ControlPlaneClient
+from appliance.control.interface import ControlPlane
 from appliance.segments.log import PartitionLog
 from appliance.segments.readable import ReadableLog
 from appliance.workers.handler_context import HandlerContext
@@ -35,7 +35,7 @@ def _instance_attributes(cls) -> set[str]:
 
 
 @pytest.mark.parametrize(("implementation", "protocol"), [
-    (ControllerClient, Controller),
+    (ControlPlaneClient, ControlPlane),
     (Worker, HandlerContext),
     (PartitionLog, ReadableLog),  # the owner's log
     (RemoteLog, ReadableLog),  # another worker's, read through shm
@@ -48,7 +48,7 @@ def test_implementation_has_every_declared_member(implementation, protocol):
 def test_protocols_declare_what_they_promise():
     assert {"create_topic", "delete_topic", "create_partitions", "topic", "topics",
             "allocate_producer_id", "add_listener", "add_reload_listener",
-            "cluster_id"} <= _protocol_members(Controller)
+            "cluster_id"} <= _protocol_members(ControlPlane)
     assert {"partitions", "controller", "absent_partition_error", "readable_log",
             "now_ms"} <= _protocol_members(HandlerContext)
     assert {"high_watermark", "log_start_offset", "read"} <= _protocol_members(ReadableLog)

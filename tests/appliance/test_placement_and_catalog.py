@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from appliance.controller.catalog import Catalog, ProducerIdBlocks
-from appliance.controller.placement import place_partitions
-from appliance.controller.topics import TopicInfo
+from appliance.control.catalog import Catalog, ProducerIdBlocks
+from appliance.control.placement import place_partitions
+from appliance.control.topics import TopicInfo
 
 
 def test_placement_spreads_round_robin_from_the_least_loaded():

@@ -254,7 +254,7 @@ class FaultFleet:
         """`klog cluster reassign ARGS` as an operator runs it (from the root namespace, with
         appliance 1's config: its zookeeper.connect)."""
         return subprocess.run(
-            [sys.executable, "-m", "cli.main", "cluster", "reassign", "--config",
+            [sys.executable, "-m", "klog_cli.main", "cluster", "reassign", "--config",
              str(self.appliance(1).config), *args], cwd=REPO, capture_output=True, text=True,
             timeout=60)
 

@@ -57,7 +57,7 @@ def test_cluster_status_shows_the_three_appliances(fleet):
     import orjson
 
     from tests.conftest import REPO
-    done = subprocess.run([sys.executable, "-m", "cli.main", "cluster", "status", "--config",
+    done = subprocess.run([sys.executable, "-m", "klog_cli.main", "cluster", "status", "--config",
                            str(fleet[0].config), "--json"], cwd=REPO, capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 0, done.stderr
@@ -66,7 +66,7 @@ def test_cluster_status_shows_the_three_appliances(fleet):
     assert all(len(a["nodes"]) == 2 for a in status["appliances"].values())
     assert status["controller"] in (1, 2, 3) and status["controller_epoch"] >= 1
     assert status["offline_partitions"] == []
-    human = subprocess.run([sys.executable, "-m", "cli.main", "cluster", "status", "--config",
+    human = subprocess.run([sys.executable, "-m", "klog_cli.main", "cluster", "status", "--config",
                             str(fleet[0].config)], cwd=REPO, capture_output=True, text=True,
                            timeout=60)
     assert human.returncode == 0 and "controller: appliance" in human.stdout

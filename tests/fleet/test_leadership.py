@@ -146,7 +146,7 @@ def test_sigterm_moves_leadership_away_under_an_idempotent_acks_all_producer(fle
 
 
 def elect(fleet, *args: str) -> tuple[int, dict | str]:
-    done = subprocess.run([sys.executable, "-m", "cli.main", "cluster", "elect-leaders",
+    done = subprocess.run([sys.executable, "-m", "klog_cli.main", "cluster", "elect-leaders",
                            "--config", str(fleet[0].config), *args], cwd=REPO,
                           capture_output=True, text=True, timeout=60)
     if done.returncode == 0 and "--json" in args:

@@ -79,7 +79,7 @@ def summed(appliance, name: str, **labels) -> float:
 
 
 def cluster_status(appliance, *flags) -> subprocess.CompletedProcess:
-    done = subprocess.run([sys.executable, "-m", "cli.main", "cluster", "status", "--config",
+    done = subprocess.run([sys.executable, "-m", "klog_cli.main", "cluster", "status", "--config",
                            str(appliance.config), *flags], cwd=REPO, capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 0, done.stderr

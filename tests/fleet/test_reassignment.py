@@ -22,7 +22,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from cli.main import main as klog_main
+from klog_cli.main import main as klog_main
 from tests.conftest import REPO
 from tests.fleet.harness import (
     SESSION_MS,
@@ -55,7 +55,7 @@ FLEET = FleetSpec("/klog-reassign", joining_later=(4,), settings={
 
 def reassign(fleet, *args: str) -> subprocess.CompletedProcess:
     """`klog cluster reassign ARGS` as an operator runs it, against the fleet's ZooKeeper."""
-    return subprocess.run([sys.executable, "-m", "cli.main", "cluster", "reassign", "--config",
+    return subprocess.run([sys.executable, "-m", "klog_cli.main", "cluster", "reassign", "--config",
                            str(fleet[0].config), *args], cwd=REPO, capture_output=True,
                           text=True, timeout=60)
 

@@ -289,7 +289,7 @@ def test_the_fleet_settles_with_nothing_under_replicated(fleet, zk):
     assert {len({r // 100 for r in p.replicas}) for p in offsets.partitions.values()} == {3}
 
     def status():
-        done = subprocess.run([sys.executable, "-m", "cli.main", "cluster", "status",
+        done = subprocess.run([sys.executable, "-m", "klog_cli.main", "cluster", "status",
                                "--config", str(fleet[0].config), "--json"], cwd=REPO,
                               capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, done.stderr

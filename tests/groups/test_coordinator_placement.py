@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from appliance.controller.topics import TopicResult
+from appliance.control.topics import TopicResult
 from appliance.workers.groups.coordinator import CoordinatorError, GroupCoordinator
 from appliance.workers.groups.offsets_log import OFFSETS_TOPIC
 from klog.protocol.error_codes import ErrorCode
@@ -35,7 +35,7 @@ def test_a_coordinator_not_known_yet_is_not_available_for_now():
     config = SimpleNamespace(group_initial_rebalance_delay_ms=0, group_max_size=10,
                              offsets_topic_num_partitions=4, offsets_topic_segment_bytes=1 << 20,
                              offsets_topic_replication_factor=3)
-    coordinator = GroupCoordinator(SimpleNamespace(config=config, controller=RaceLost()))
+    coordinator = GroupCoordinator(SimpleNamespace(config=config, control=RaceLost()))
     with pytest.raises(CoordinatorError) as raised:
         coordinator.coordinator_partition("a-group")
     assert raised.value.code == ErrorCode.COORDINATOR_NOT_AVAILABLE

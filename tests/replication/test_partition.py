@@ -16,7 +16,7 @@ import os
 
 import pytest
 
-from appliance.controller.topics import FleetNode, PartitionLeadership
+from appliance.control.topics import FleetNode, PartitionLeadership
 from appliance.segments import LogConfig, PartitionLog
 from appliance.segments.group_commit import GroupCommitter
 from appliance.workers.replication.context import ReplicaContext

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from appliance.controller.topics import PartitionLeadership, TopicInfo
+from appliance.control.topics import PartitionLeadership, TopicInfo
 from appliance.workers.consumer_fencing import consumer_refusal
 from klog.protocol.error_codes import ErrorCode
 

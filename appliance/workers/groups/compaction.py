@@ -58,7 +58,7 @@ class Compaction:
         plog = self.worker.partitions.get(OFFSETS_TOPIC, partition).log
         plog.roll(now_ms=self.worker.now_ms())
         start = plog.log_end_offset
-        count = self.worker.controller.topic(OFFSETS_TOPIC).partition_count
+        count = self.worker.control.topic(OFFSETS_TOPIC).partition_count
         mine = [g for g in coordinator.groups.values()
                 if partition_for(g.group_id, count) == partition]
         offsets = {g.group_id: coordinator.offsets.get(g.group_id, {}) for g in mine}

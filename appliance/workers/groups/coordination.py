@@ -20,7 +20,7 @@ replicas of a topic afterwards. A fleet smaller than the factor sets the key to 
 
 from __future__ import annotations
 
-from appliance.controller.topics import TopicInfo
+from appliance.control.topics import TopicInfo
 from klog.protocol.error_codes import ErrorCode
 
 ALONE = -1  # the "leader epoch" of a partition coordinated by an appliance running alone

@@ -89,7 +89,7 @@ class GroupCoordinator:
                 "segment.bytes": str(self.worker.config.offsets_topic_segment_bytes)}
 
     def ensure_topic(self):
-        controller = self.worker.controller
+        controller = self.worker.control
         info = controller.topic(OFFSETS_TOPIC)
         if info is None:
             nodes = controller.fleet_nodes
@@ -124,7 +124,7 @@ class GroupCoordinator:
                                  leading_epoch=None if held is None else held.leader_epoch)
 
     def _partition_here(self, group_id: str) -> int:
-        info = self.worker.controller.topic(OFFSETS_TOPIC)
+        info = self.worker.control.topic(OFFSETS_TOPIC)
         if info is None:
             raise CoordinatorError(ErrorCode.NOT_COORDINATOR)
         partition = partition_for(group_id, info.partition_count)
@@ -183,7 +183,7 @@ class GroupCoordinator:
         """Forget a partition's groups (another node coordinates them now); members waiting
         in a join or sync are answered NOT_COORDINATOR. Returns how many."""
         self.compaction.forget(partition)
-        info = self.worker.controller.topic(OFFSETS_TOPIC)
+        info = self.worker.control.topic(OFFSETS_TOPIC)
         mine = [g for g in self.groups.keys() | self.offsets.keys()
                 if info is None or partition_for(g, info.partition_count) == partition]
         for group_id in mine:

@@ -44,7 +44,7 @@ class PartitionLoads:
 
     def follow(self) -> None:
         """Serve exactly the partitions this worker leads now (see the module docstring)."""
-        info = self.worker.controller.topic(OFFSETS_TOPIC)
+        info = self.worker.control.topic(OFFSETS_TOPIC)
         wanted = {} if info is None else {
             p: epoch for p in range(info.partition_count)
             if (epoch := self.coordinator.epoch_of(info, p)) is not None}

@@ -15,7 +15,7 @@ API_KEY = create_partitions.SPEC.key
 def _add(worker: HandlerContext, topic, validate_only: bool):
     if topic.assignments is not None:
         return ErrorCode.INVALID_REPLICA_ASSIGNMENT, "manual replica assignment is not supported"
-    result = worker.controller.create_partitions(topic.name, topic.count,
+    result = worker.control.create_partitions(topic.name, topic.count,
                                                  validate_only=validate_only)
     return result.error, result.message
 

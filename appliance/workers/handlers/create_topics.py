@@ -17,7 +17,7 @@ def _create(worker, topic, validate_only):
         if entry.value is None:
             return ErrorCode.INVALID_CONFIG, f"config {entry.name!r} has a null value"
         configs[entry.name] = entry.value
-    result = worker.controller.create_topic(
+    result = worker.control.create_topic(
         topic.name, topic.num_partitions, topic.replication_factor, configs,
         validate_only=validate_only)
     return result.error, result.message

@@ -11,7 +11,7 @@ API_KEY = delete_topics.SPEC.key
 def handle(worker: HandlerContext, request):
     results = []
     for name in request.body.topic_names:
-        result = worker.controller.delete_topic(name)
+        result = worker.control.delete_topic(name)
         results.append(delete_topics.DeletableTopicResult(
             name=name, error_code=int(result.error)))
     return delete_topics.Response(throttle_time_ms=0, responses=results)

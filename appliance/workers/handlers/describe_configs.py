@@ -3,7 +3,7 @@ and a broker's main settings, so admin tools can read back what CreateTopics set
 
 from __future__ import annotations
 
-from appliance.controller.topics import topic_log_config
+from appliance.control.topics import topic_log_config
 from appliance.workers.handler_context import HandlerContext
 from klog.protocol.apis import describe_configs
 from klog.protocol.error_codes import ErrorCode
@@ -22,10 +22,10 @@ def _entry(name, value, source, read_only=False):
 
 
 def _topic_configs(worker, name):
-    info = worker.controller.topic(name)
+    info = worker.control.topic(name)
     if info is None:
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist", []
-    effective = topic_log_config(worker.controller.defaults, info.configs).to_kafka()
+    effective = topic_log_config(worker.control.defaults, info.configs).to_kafka()
     return ErrorCode.NONE, None, [
         _entry(key, value, SOURCE_TOPIC if key in info.configs else SOURCE_DEFAULT)
         for key, value in sorted(effective.items())

@@ -49,7 +49,7 @@ def _read(worker, topic, part, budget, must_fill, replica_id=-1):
     """One partition's answer and the bytes it carries. Any worker serves any partition of
     the appliance: its own from its logs, the others' through the shared-memory index."""
     if replica_id < 0:
-        refused = consumer_refusal(worker.controller.topic(topic), part.partition,
+        refused = consumer_refusal(worker.control.topic(topic), part.partition,
                                    part.current_leader_epoch, worker.node_id_of)
         if refused is not None:
             return _partition(part.partition, refused), 0, True

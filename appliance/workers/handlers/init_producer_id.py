@@ -14,7 +14,7 @@ def handle(worker: HandlerContext, request):
         return init_producer_id.Response(
             throttle_time_ms=0, error_code=int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
             producer_id=-1, producer_epoch=-1)
-    producer_id = worker.controller.allocate_producer_id()
+    producer_id = worker.control.allocate_producer_id()
     if producer_id < 0:  # cluster mode, ZooKeeper unreachable: the client retries
         return init_producer_id.Response(
             throttle_time_ms=0, error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE),

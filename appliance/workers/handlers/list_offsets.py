@@ -32,7 +32,7 @@ def _refuse(index: int, error: ErrorCode):
 
 def _answer(worker, topic, part, replica_id: int):
     index = part.partition_index
-    info = worker.controller.topic(topic)
+    info = worker.control.topic(topic)
     if replica_id < 0:
         refused = consumer_refusal(info, index, part.current_leader_epoch, worker.node_id_of)
         if refused is not None:

@@ -47,15 +47,15 @@ def handle(worker: HandlerContext, request):
         version < 4 or body.allow_auto_topic_creation)
     topics = []
     if body.topics is None:
-        topics = [_topic(worker, info) for info in worker.controller.topics()]
+        topics = [_topic(worker, info) for info in worker.control.topics()]
     else:
         for requested in body.topics:
             name = requested.name
-            info = worker.controller.topic(name)
+            info = worker.control.topic(name)
             if info is None and allow_create:
-                result = worker.controller.create_topic(name)
+                result = worker.control.create_topic(name)
                 if result.error in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
-                    info = worker.controller.topic(name)
+                    info = worker.control.topic(name)
                 else:
                     topics.append(metadata.MetadataResponseTopic(
                         error_code=result.error, name=name, partitions=[]))

@@ -29,7 +29,7 @@ def _member_error(group, body) -> ErrorCode:
 
 
 def _partition_error(worker, topic, part) -> ErrorCode:
-    info = worker.controller.topic(topic)
+    info = worker.control.topic(topic)
     if info is None or not info.has_partition(part.partition_index):
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     metadata = part.committed_metadata

@@ -41,7 +41,7 @@ def _append_one(worker, topic, partition_data, body, version, now_ms):
     if records is not None and version < ZSTD_MIN_VERSION and _uses_zstd(records):
         return _partition_response(index, ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
                                    message="zstd needs Produce v7 or later"), None
-    info = worker.controller.topic(topic)
+    info = worker.control.topic(topic)
     if info is not None and info.internal:
         return _partition_response(index, ErrorCode.INVALID_TOPIC_EXCEPTION,
                                    message=f"{topic} is internal: clients cannot append"), None
@@ -55,8 +55,8 @@ def _append_one(worker, topic, partition_data, body, version, now_ms):
 
 
 def _ensure_topic(worker, name) -> None:
-    if worker.controller.topic(name) is None and worker.config.auto_create_topics_enable:
-        worker.controller.create_topic(name)
+    if worker.control.topic(name) is None and worker.config.auto_create_topics_enable:
+        worker.control.create_topic(name)
 
 
 def _refused(topic_data, error: ErrorCode, message=None) -> list:

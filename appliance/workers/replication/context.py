@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from appliance.controller.interface import Controller
+from appliance.control.interface import ControlPlane
 from appliance.segments.group_commit import GroupCommitter
 from appliance.workers.replication.waiters import AppendWaiters
 from appliance.workers.shared_state import Publisher
@@ -34,7 +34,7 @@ class ReplicaContext:
     node_id: int  # this worker's node (a replica's id in the partition states)
     worker_index: int  # the owner index `TopicInfo.owners` names
     log_dir: Path
-    control: Controller  # topics, the fleet's nodes and configs, AlterPartition
+    control: ControlPlane  # topics, the fleet's nodes and configs, AlterPartition
     publisher: Publisher  # the shm region: every worker reads what a partition publishes
     waiters: AppendWaiters  # long-polling fetches, woken by appends and high watermarks
     committer: GroupCommitter  # acks=all waits for its fdatasync

@@ -22,8 +22,8 @@ import asyncio
 import logging
 import time
 
-from appliance.controller.channel import AlterPartition
-from appliance.controller.topics import TopicInfo
+from appliance.control.channel import AlterPartition
+from appliance.control.topics import TopicInfo
 from appliance.segments.config import LogConfig
 from appliance.workers.replication import checkpoints
 from appliance.workers.replication.context import ReplicaContext

@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from appliance.controller.topics import PartitionLeadership
+from appliance.control.topics import PartitionLeadership
 from appliance.segments.errors import CorruptRecordError, RecordTooLargeError, StorageError
 from appliance.segments.log import EMPTY_SLICE, PartitionLog, ReadSlice
 from appliance.workers.replication.acks import AcksWaiters

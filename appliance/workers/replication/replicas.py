@@ -14,7 +14,7 @@ import shutil
 import uuid
 from collections.abc import Callable, Iterator
 
-from appliance.controller.topics import TopicInfo, topic_log_config
+from appliance.control.topics import TopicInfo, topic_log_config
 from appliance.segments.config import LogConfig
 from appliance.segments.errors import StorageError
 from appliance.segments.layout import fsync_directory, partition_dir

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from appliance.controller.topics import PartitionLeadership
+from appliance.control.topics import PartitionLeadership
 
 
 @dataclass

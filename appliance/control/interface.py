@@ -1,6 +1,6 @@
 """What a worker may ask of its controller, and what it hears back: the one interface workers use.
 
-Today one implementation serves it, `ControllerClient` (the worker's end of the supervisor's
+Today one implementation serves it, `ControlPlaneClient` (the worker's end of the supervisor's
 control channel). Cluster mode puts the fleet's controller behind the same interface, so a
 worker never needs a second code path to know whether its appliance runs alone.
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from appliance.controller.channel import AlterPartition, Reload
-from appliance.controller.topics import FleetNode, TopicInfo, TopicResult
+from appliance.control.channel import AlterPartition, Reload
+from appliance.control.topics import FleetNode, TopicInfo, TopicResult
 from appliance.segments.config import LogConfig
 from klog.protocol.error_codes import ErrorCode
 
@@ -21,7 +21,7 @@ ReloadListener = Callable[[Reload], None]
 FleetListener = Callable[[dict[int, FleetNode], int], None]
 
 
-class Controller(Protocol):
+class ControlPlane(Protocol):
     """Topic decisions and the facts a worker follows.
 
     Reads (`topics`, `topic`) answer from what the worker has already been told and never

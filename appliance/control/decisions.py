@@ -1,17 +1,17 @@
 """The appliance's controller: its decisions on topics (creation, deletion, placement) and
 producer ids. It runs in the supervisor, the only process that changes the catalog; workers
-reach it through `appliance.controller.server` and hold only its client.
+reach it through `appliance.control.server` and hold only its client.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from appliance.controller.catalog import Catalog, ProducerIdBlocks
-from appliance.controller.channel import AlterPartition
-from appliance.controller.interface import FleetListener, TopicListener
-from appliance.controller.placement import place_partitions
-from appliance.controller.topics import (
+from appliance.control.catalog import Catalog, ProducerIdBlocks
+from appliance.control.channel import AlterPartition
+from appliance.control.interface import FleetListener, TopicListener
+from appliance.control.placement import place_partitions
+from appliance.control.topics import (
     INTERNAL_PREFIX,
     TopicInfo,
     TopicResult,
@@ -23,7 +23,7 @@ from appliance.segments.config import LogConfig
 from klog.protocol.error_codes import ErrorCode
 
 
-class ApplianceController:
+class LocalDecider:
     """The decisions of one appliance's controller, over its catalog. Not thread-safe: the
     supervisor's loop owns it."""
 

@@ -1,6 +1,6 @@
-"""The supervisor's end of the control channels: the controller serving its workers.
+"""The supervisor's end of the control channels: the decider serving its workers.
 
-It wraps the `ApplianceController` (catalog, placement, producer ids) and turns each catalog
+It wraps the `LocalDecider` (catalog, placement, producer ids) and turns each catalog
 change into a broadcast to every worker. It never blocks on a worker: it reads what the
 supervisor's loop says is readable, and its writes are small.
 """
@@ -11,7 +11,7 @@ import logging
 import socket
 from collections.abc import Callable
 
-from appliance.controller.channel import (
+from appliance.control.channel import (
     AllocateProducerId,
     AlterPartition,
     Catalog,
@@ -28,9 +28,9 @@ from appliance.controller.channel import (
     TopicDeleted,
     encode,
 )
-from appliance.controller.decisions import ApplianceController
-from appliance.controller.fleet import FleetDecisions
-from appliance.controller.topics import FleetNode, TopicResult
+from appliance.control.decisions import LocalDecider
+from appliance.control.fleet import FleetRelay
+from appliance.control.topics import FleetNode, TopicResult
 from appliance.identity import node_id_for
 
 log = logging.getLogger(__name__)
@@ -53,9 +53,9 @@ class ControlServer:
     `broker_id` makes a worker's index its node id: the leader an AlterPartition comes from
     is the worker whose channel it arrived on."""
 
-    def __init__(self, controller: ApplianceController | FleetDecisions, *, cluster_id: str,
+    def __init__(self, decider: LocalDecider | FleetRelay, *, cluster_id: str,
                  broker_id: int, on_ready: Callable[[int], None] = lambda index: None):
-        self.controller = controller
+        self.decider = decider
         self.cluster_id = cluster_id
         self.broker_id = broker_id
         self.on_ready = on_ready
@@ -69,9 +69,9 @@ class ControlServer:
             AlterPartition: self._alter_partition,
             Ready: self._ready,
         }
-        controller.add_listener(self._broadcast_change)
+        decider.add_listener(self._broadcast_change)
         # told at once of the fleet already seen: every worker hears of it before its catalog
-        controller.add_fleet_listener(self._broadcast_fleet)
+        decider.add_fleet_listener(self._broadcast_fleet)
 
     def attach(self, index: int, sock: socket.socket) -> WorkerChannel:
         """A (re)started worker's channel; it first receives the whole catalog (and, in
@@ -80,12 +80,12 @@ class ControlServer:
         self.channels[index] = channel
         if self._fleet is not None:
             channel.send(self._fleet)
-        channel.send(Catalog(self.cluster_id, tuple(self.controller.topics())))
+        channel.send(Catalog(self.cluster_id, tuple(self.decider.topics())))
         return channel
 
     def _broadcast_fleet(self, nodes: dict[int, FleetNode], controller_node_id: int) -> None:
         self._fleet = Fleet(controller_node_id, tuple(nodes.values()),
-                            dict(self.controller.node_configs))
+                            dict(self.decider.node_configs))
         self.broadcast(self._fleet)
 
     def detach(self, index: int) -> None:
@@ -121,24 +121,24 @@ class ControlServer:
     # one handler per request ---------------------------------------------------------------
 
     def _create_topic(self, channel: WorkerChannel, request: CreateTopic) -> Reply:
-        return _answer(request, self.controller.create_topic(
+        return _answer(request, self.decider.create_topic(
             request.name, request.partitions, request.replication_factor, request.configs,
             validate_only=request.validate_only))
 
     def _delete_topic(self, channel: WorkerChannel, request: DeleteTopic) -> Reply:
-        return _answer(request, self.controller.delete_topic(request.name))
+        return _answer(request, self.decider.delete_topic(request.name))
 
     def _create_partitions(self, channel: WorkerChannel, request: CreatePartitions) -> Reply:
-        return _answer(request, self.controller.create_partitions(
+        return _answer(request, self.decider.create_partitions(
             request.name, request.count, validate_only=request.validate_only))
 
     def _allocate_producer_id(self, channel: WorkerChannel,
                               request: AllocateProducerId) -> Reply:
-        return Reply(request.id, producer_id=self.controller.allocate_producer_id())
+        return Reply(request.id, producer_id=self.decider.allocate_producer_id())
 
     def _alter_partition(self, channel: WorkerChannel, request: AlterPartition) -> Reply:
         leader = node_id_for(self.broker_id, channel.index)
-        return Reply(request.id, error=self.controller.alter_partition(request, leader))
+        return Reply(request.id, error=self.decider.alter_partition(request, leader))
 
     def _ready(self, channel: WorkerChannel, message: Ready) -> None:
         channel.ready = True

@@ -14,7 +14,7 @@ import os
 import uuid
 from pathlib import Path
 
-from appliance.controller.topics import TopicInfo
+from appliance.control.topics import TopicInfo
 
 CATALOG_DIR = ".klog-catalog"
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import orjson
 
-from appliance.controller.topics import FleetNode, TopicInfo
+from appliance.control.topics import FleetNode, TopicInfo
 from appliance.segments.config import LogConfig
 from klog.protocol.error_codes import ErrorCode
 

@@ -1,11 +1,11 @@
-"""The worker's end of the control channel: the `Controller` a worker holds.
+"""The worker's end of the control channel: the `ControlPlane` a worker holds.
 
 Requests block the worker's loop for one round trip over a Unix socket (tens of µs): they
 happen on topic creation and producer start, never on the produce or fetch path. An ISR
 change is the exception that does not block: its answer depends on a ZooKeeper write, so it
 is sent at once and answered through a callback. Broadcasts and such answers are applied as
 they arrive, both while waiting for a reply and when the event loop reports the socket
-readable (`pump`). The message vocabulary is in `appliance.controller.channel`.
+readable (`pump`). The message vocabulary is in `appliance.control.channel`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import dataclasses
 import socket
 from collections.abc import Callable
 
-from appliance.controller.channel import (
+from appliance.control.channel import (
     AllocateProducerId,
     AlterPartition,
     Catalog,
@@ -33,14 +33,14 @@ from appliance.controller.channel import (
     TopicDeleted,
     encode,
 )
-from appliance.controller.interface import ReloadListener, TopicListener
-from appliance.controller.topics import FleetNode, TopicInfo, TopicResult
+from appliance.control.interface import ReloadListener, TopicListener
+from appliance.control.topics import FleetNode, TopicInfo, TopicResult
 from appliance.segments.config import LogConfig
 from klog.protocol.error_codes import ErrorCode
 
 
-class ControllerClient:
-    """Implements `appliance.controller.interface.Controller` over the control channel."""
+class ControlPlaneClient:
+    """Implements `appliance.control.interface.ControlPlane` over the control channel."""
 
     def __init__(self, sock: socket.socket, *, defaults: LogConfig, default_partitions: int):
         self.sock = sock
@@ -67,7 +67,7 @@ class ControllerClient:
             Fleet: self._on_fleet,
         }
 
-    # the Controller interface ------------------------------------------------------------
+    # the ControlPlane interface ------------------------------------------------------------
 
     def add_listener(self, listener: TopicListener) -> None:
         self._listeners.append(listener)

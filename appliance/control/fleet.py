@@ -1,10 +1,10 @@
-"""The controller's decisions in cluster mode: the fleet's, through ZooKeeper.
+"""Topic decisions in cluster mode: the fleet controller's, relayed through ZooKeeper.
 
-`FleetDecisions` stands where `ApplianceController` stands when the appliance runs alone, so
-the control server, the shm region and the workers see one interface either way. It does not
-decide itself: topic creation, deletion and producer ids go to the fleet (`cluster/`: any
-member writes the request, the elected controller places and elects), and what the fleet
-decided comes back as a `FleetView`, which this module turns into the appliance's terms:
+`FleetRelay` stands where `LocalDecider` stands when the appliance runs alone, so the control
+server, the shm region and the workers see one interface either way. It relays and follows, it
+does not decide: topic creation, deletion and producer ids go to the fleet (`cluster/`: any
+member writes the request, the elected controller places and elects), and what the fleet decided
+comes back as a `FleetView`, which this module turns into the appliance's terms:
 `TopicInfo.owners[p]` is the local worker holding a replica of p (or -1), `leadership` the
 controller's partition states, and the live nodes go to the workers as a `fleet` broadcast.
 
@@ -16,9 +16,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from appliance.controller.channel import AlterPartition
-from appliance.controller.interface import FleetListener, TopicListener
-from appliance.controller.topics import (
+from appliance.control.channel import AlterPartition
+from appliance.control.interface import FleetListener, TopicListener
+from appliance.control.topics import (
     INTERNAL_PREFIX,
     FleetNode,
     PartitionLeadership,
@@ -62,8 +62,9 @@ def local_owners(leadership: tuple[PartitionLeadership, ...], broker_id: int) ->
     return tuple(owners)
 
 
-class FleetDecisions:
-    """The appliance's view of the fleet's controller, with ApplianceController's interface.
+class FleetRelay:
+    """Relays topic requests to the fleet and follows its decisions, with LocalDecider's
+    interface.
 
     `fleet` is the cluster membership (`cluster.member.ClusterMember`'s adapter): it does the
     ZooKeeper work and raises nothing; failures come back as a `TopicResult` with a Kafka
@@ -83,7 +84,7 @@ class FleetDecisions:
         self._listeners: list[TopicListener] = []
         self._fleet_listeners: list[FleetListener] = []
 
-    # ApplianceController's interface -------------------------------------------------------
+    # LocalDecider's interface -------------------------------------------------------
 
     def add_listener(self, listener: TopicListener) -> None:
         self._listeners.append(listener)
