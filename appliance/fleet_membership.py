@@ -34,7 +34,7 @@ from klog.protocol.error_codes import ErrorCode
 log = logging.getLogger(__name__)
 
 RECONNECT_WAIT_S = 3.0  # an admin request waits this long for a suspended session to return
-# an ISR change waits less: the asking worker's loop waits with it (it is asked again later)
+# an ISR change waits less: the supervisor's loop waits with it (the leader asks again later)
 ISR_WAIT_S = 0.5
 
 

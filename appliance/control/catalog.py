@@ -2,7 +2,7 @@
 
 One JSON file per topic under `<first log dir>/.klog-catalog/`, written atomically (temp
 file, fsync, rename, fsync of the directory), so a crash leaves either the old or the new
-description, never half of one. The catalog belongs to the controller, which runs in the
+description, never half of one. The catalog belongs to the local decider, which runs in the
 supervisor; workers learn its contents over the control channel, never from these files.
 """
 
@@ -36,7 +36,7 @@ def _write_atomically(path: Path, data: bytes) -> None:
 
 
 class Catalog:
-    """The persistent set of topics. Not thread-safe: the controller's loop owns it."""
+    """The persistent set of topics. Not thread-safe: the supervisor's loop owns it."""
 
     def __init__(self, root: Path):
         self.root = Path(root) / CATALOG_DIR
@@ -81,7 +81,7 @@ class Catalog:
 class ProducerIdBlocks:
     """Producer ids handed out in blocks whose end is written to disk before any id is used.
 
-    A restarted controller starts after the last block it wrote, so a new producer never gets
+    A restarted appliance starts after the last block it wrote, so a new producer never gets
     the id of an old one whose sequences are still in the logs.
     """
 

@@ -1,4 +1,4 @@
-"""The appliance's controller: its decisions on topics (creation, deletion, placement) and
+"""An appliance alone deciding for itself: topics (creation, deletion, placement) and
 producer ids. It runs in the supervisor, the only process that changes the catalog; workers
 reach it through `appliance.control.server` and hold only its client.
 """
@@ -24,7 +24,7 @@ from klog.protocol.error_codes import ErrorCode
 
 
 class LocalDecider:
-    """The decisions of one appliance's controller, over its catalog. Not thread-safe: the
+    """The topic decisions of an appliance alone, over its catalog. Not thread-safe: the
     supervisor's loop owns it."""
 
     def __init__(self, catalog: Catalog, *, defaults: LogConfig, default_partitions: int,

@@ -1,4 +1,5 @@
-"""What a worker may ask of its controller, and what it hears back: the one interface workers use.
+"""What a worker may ask of its supervisor's control plane, and what it hears back: the one
+interface workers use.
 
 Today one implementation serves it, `ControlPlaneClient` (the worker's end of the supervisor's
 control channel). Cluster mode puts the fleet's controller behind the same interface, so a
@@ -26,8 +27,8 @@ class ControlPlane(Protocol):
 
     Reads (`topics`, `topic`) answer from what the worker has already been told and never
     block. Requests (`create_topic`, `delete_topic`, `allocate_producer_id`) go to the
-    controller and return its decision; by the time one returns, the worker has already seen
-    the catalog change it caused. They raise `ControlChannelError` when the controller is gone.
+    supervisor and return its decision; by the time one returns, the worker has already seen
+    the catalog change it caused. They raise `ControlChannelError` when the supervisor is gone.
     """
 
     defaults: LogConfig

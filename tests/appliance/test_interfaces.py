@@ -1,4 +1,4 @@
-"""The declared interfaces hold: what a worker may ask of its controller (`ControlPlane`), what
+"""The declared interfaces hold: what a worker may ask of its control plane (`ControlPlane`), what
 a handler may use of its worker (`HandlerContext`), and what a Fetch reads of a log, owned or
 not (`ReadableLog`). A class that dropped or renamed a
 member would fail here before a handler failed in production."""
@@ -14,6 +14,7 @@ from appliance.control.interface import ControlPlane
 from appliance.segments.log import PartitionLog
 from appliance.segments.readable import ReadableLog
 from appliance.workers.handler_context import HandlerContext
+from appliance.workers.replication.partition import Partition
 from appliance.workers.shared_state import RemoteLog
 from appliance.workers.worker import Worker
 
@@ -38,6 +39,7 @@ def _instance_attributes(cls) -> set[str]:
     (ControlPlaneClient, ControlPlane),
     (Worker, HandlerContext),
     (PartitionLog, ReadableLog),  # the owner's log
+    (Partition, ReadableLog),  # the owner's replica, which a Fetch reads
     (RemoteLog, ReadableLog),  # another worker's, read through shm
 ])
 def test_implementation_has_every_declared_member(implementation, protocol):
@@ -49,6 +51,6 @@ def test_protocols_declare_what_they_promise():
     assert {"create_topic", "delete_topic", "create_partitions", "topic", "topics",
             "allocate_producer_id", "add_listener", "add_reload_listener",
             "cluster_id"} <= _protocol_members(ControlPlane)
-    assert {"partitions", "controller", "absent_partition_error", "readable_log",
+    assert {"partitions", "control", "absent_partition_error", "readable_log",
             "now_ms"} <= _protocol_members(HandlerContext)
     assert {"high_watermark", "log_start_offset", "read"} <= _protocol_members(ReadableLog)

@@ -5,7 +5,7 @@ the worker that *leads* that partition coordinates it, as in Kafka:
 
 - an appliance alone: the worker owning the partition (it has the only copy);
 - cluster mode: the worker whose node the controller made the partition's leader. With more
-  than one replica it must also have taken the role (`Replication` started its leader epoch,
+  than one replica it must also have taken the role (`ReplicaManager` started its leader epoch,
   so every batch the coordinator appends carries it): until then it answers
   COORDINATOR_LOAD_IN_PROGRESS, and a follower answers NOT_COORDINATOR.
 
