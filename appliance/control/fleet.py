@@ -159,7 +159,10 @@ class FleetRelay:
             self._nodes, self.controller_node_id = nodes, controller
             self.node_configs = view.node_configs
             for listener in self._fleet_listeners:
-                listener(nodes, controller)
+                try:
+                    listener(nodes, controller)
+                except Exception:  # as for topic listeners: the others must still hear
+                    log.exception("fleet listener failed")
         wanted = {name: TopicInfo(name=name,
                                   owners=local_owners(topic.leadership, self.broker_id),
                                   configs=topic.configs,

@@ -68,7 +68,7 @@ def following(first: FleetView) -> tuple[FleetRelay, ScriptedFleet, Heard, Heard
     """FleetRelay on `first`, refreshed once, its listeners' record emptied after."""
     fleet = ScriptedFleet(first)
     decisions = FleetRelay(fleet, broker_id=BROKER_ID, defaults=LogConfig(),
-                               default_partitions=3, default_replication_factor=2)
+                           default_partitions=3, default_replication_factor=2)
     topics, nodes = Heard(), Heard()
     decisions.add_listener(topics)
     decisions.add_fleet_listener(nodes)
@@ -115,7 +115,7 @@ def test_a_topic_disappearing_is_told_as_none():
 def test_the_first_view_tells_the_fleet_listeners_the_nodes_and_the_controllers_node():
     fleet = ScriptedFleet(view(controller_id=3))
     decisions = FleetRelay(fleet, broker_id=BROKER_ID, defaults=LogConfig(),
-                               default_partitions=3, default_replication_factor=2)
+                           default_partitions=3, default_replication_factor=2)
     nodes = Heard()
     decisions.add_fleet_listener(nodes)
     nodes.calls.clear()  # what a listener hears when added is not this test's subject
@@ -152,7 +152,7 @@ def test_nothing_changed_calls_no_listener():
 def test_a_listener_that_raises_does_not_stop_the_others_hearing():
     fleet = ScriptedFleet(view(CLICKS, ORDERS))
     decisions = FleetRelay(fleet, broker_id=BROKER_ID, defaults=LogConfig(),
-                               default_partitions=3, default_replication_factor=2)
+                           default_partitions=3, default_replication_factor=2)
 
     def broken(name, info):
         raise RuntimeError("a listener's bug")
@@ -165,6 +165,26 @@ def test_a_listener_that_raises_does_not_stop_the_others_hearing():
     fleet.current = view(ORDERS)
     decisions.refresh()
     assert after.calls[-1] == ("clicks", None)
+
+
+def test_a_fleet_listener_that_raises_does_not_stop_the_others_hearing():
+    fleet = ScriptedFleet(view(ORDERS))
+    decisions = FleetRelay(fleet, broker_id=BROKER_ID, defaults=LogConfig(),
+                           default_partitions=3, default_replication_factor=2)
+    decisions.refresh()
+    failing = []
+
+    def broken(nodes, controller):
+        failing.append(controller)
+        if len(failing) > 1:  # its first call, when added, goes through
+            raise RuntimeError("a listener's bug")
+
+    after = Heard()
+    decisions.add_fleet_listener(broken)
+    decisions.add_fleet_listener(after)
+    fleet.current = view(ORDERS, controller_id=2)
+    decisions.refresh()
+    assert after.calls[-1][1] == 200 and failing[-1] == 200
 
 
 def test_a_created_topic_is_seen_before_the_reply():
