@@ -25,27 +25,62 @@ class ConfigError(ValueError):
     """The configuration cannot be used; the message names the key and the reason."""
 
 
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+# Kafka's default listener.security.protocol.map: each protocol is also a listener name
+DEFAULT_PROTOCOL_MAP = {name: name for name in SECURITY_PROTOCOLS}
+SERVED_PROTOCOLS = frozenset({"PLAINTEXT"})  # the others come with security (issue 22)
+
+
 @dataclass(frozen=True)
 class Listener:
-    """One `PLAINTEXT://host:port` endpoint."""
+    """One `NAME://host:port` endpoint. `name` is the listener's name (Kafka's
+    `listeners=CLIENT://...`); its security protocol comes from
+    `listener.security.protocol.map`, where by default each protocol names itself."""
 
     host: str
     port: int
+    name: str = "PLAINTEXT"
+    security_protocol: str = "PLAINTEXT"
 
     @classmethod
     def parse(cls, text: str) -> Listener:
+        """The endpoint as written; its protocol is the name's own until `with_protocol`."""
         scheme, sep, rest = text.strip().partition("://")
-        if not sep:
-            raise ValueError(f"expected PLAINTEXT://host:port, got {text!r}")
-        if scheme.upper() != "PLAINTEXT":
-            raise ValueError(f"only PLAINTEXT listeners are served, got {scheme!r}")
+        if not sep or not scheme:
+            raise ValueError(f"expected NAME://host:port, got {text!r}")
         host, colon, port = rest.rpartition(":")
         if not colon or not port.isdigit() or not 0 <= int(port) <= 65535:
             raise ValueError(f"expected host:port after {scheme}://, got {rest!r}")
-        return cls(host.strip("[]") or "0.0.0.0", int(port))
+        name = scheme.upper()
+        return cls(host.strip("[]") or "0.0.0.0", int(port), name, name)
+
+    def with_protocol(self, protocol_map: dict[str, str]) -> Listener:
+        """This listener with its security protocol from `protocol_map`. Raises ValueError
+        for a name the map does not have."""
+        protocol = protocol_map.get(self.name)
+        if protocol is None:
+            raise ValueError(f"listener name {self.name!r} has no security protocol in "
+                             f"listener.security.protocol.map")
+        return dataclasses.replace(self, security_protocol=protocol)
 
     def __str__(self) -> str:
-        return f"PLAINTEXT://{self.host}:{self.port}"
+        return f"{self.name}://{self.host}:{self.port}"
+
+
+def _protocol_map(text: str) -> dict[str, str]:
+    """`NAME:PROTOCOL[,NAME:PROTOCOL...]`, as Kafka's listener.security.protocol.map."""
+    found = {}
+    for entry in filter(None, (e.strip() for e in text.split(","))):
+        name, colon, protocol = entry.partition(":")
+        protocol = protocol.strip().upper()
+        if not colon or not name.strip():
+            raise ValueError(f"expected NAME:PROTOCOL, got {entry!r}")
+        if protocol not in SECURITY_PROTOCOLS:
+            raise ValueError(f"{protocol!r} is not one of {', '.join(SECURITY_PROTOCOLS)}")
+        found[name.strip().upper()] = protocol
+    if not found:
+        raise ValueError("expected NAME:PROTOCOL[,NAME:PROTOCOL...]")
+    return found
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,6 +90,8 @@ class BrokerConfig:
     broker_id: int = 0
     listeners: Listener = Listener("127.0.0.1", DEFAULT_PORT)
     advertised_listeners: Listener | None = None
+    listener_security_protocol_map: dict[str, str] = field(
+        default_factory=lambda: dict(DEFAULT_PROTOCOL_MAP))
     log_dirs: tuple[Path, ...] = (Path("/tmp/klog-logs"),)
     num_partitions: int = 1
     default_replication_factor: int = 1
@@ -140,7 +177,7 @@ def _paths(text: str) -> tuple[Path, ...]:
 def _first_listener(text: str) -> Listener:
     entries = [e for e in text.split(",") if e.strip()]
     if not entries:
-        raise ValueError("expected PLAINTEXT://host:port")
+        raise ValueError("expected NAME://host:port")
     return Listener.parse(entries[0])
 
 
@@ -190,6 +227,7 @@ KEYS: dict[str, tuple[str, object]] = {
     "broker.id": ("broker_id", _int(0)),
     "listeners": ("listeners", _first_listener),
     "advertised.listeners": ("advertised_listeners", _first_listener),
+    "listener.security.protocol.map": ("listener_security_protocol_map", _protocol_map),
     "log.dirs": ("log_dirs", _paths),
     "log.dir": ("log_dirs", _paths),
     "num.partitions": ("num_partitions", _int(1)),
@@ -261,7 +299,7 @@ IGNORED = frozenset({
     "transaction.state.log.replication.factor",
     "transaction.state.log.min.isr", "log.cleaner.enable",
     "delete.topic.enable", "log.cleanup.policy",
-    "inter.broker.listener.name", "listener.security.protocol.map",
+    "inter.broker.listener.name",
 })
 
 
@@ -290,12 +328,33 @@ def build_config(settings: dict[str, str], *, source: str = "configuration") -> 
         log_defaults = LogConfig(**log)
     except ValueError as exc:
         raise ConfigError(f"{source}: {exc}") from None
-    config = BrokerConfig(**broker, log_defaults=log_defaults, ignored_keys=tuple(ignored))
+    config = _with_protocols(BrokerConfig(**broker, log_defaults=log_defaults,
+                                          ignored_keys=tuple(ignored)), source)
     if config.group_min_session_timeout_ms > config.group_max_session_timeout_ms:
         raise ConfigError(f"{source}: group.min.session.timeout.ms "
                           f"({config.group_min_session_timeout_ms}) is above "
                           f"group.max.session.timeout.ms ({config.group_max_session_timeout_ms})")
     return config
+
+
+def _with_protocols(config: BrokerConfig, source: str) -> BrokerConfig:
+    """The listeners with their security protocols, refused while klog cannot serve them."""
+    resolved = {}
+    for key, field_name in (("listeners", "listeners"),
+                            ("advertised.listeners", "advertised_listeners")):
+        listener = getattr(config, field_name)
+        if listener is None:
+            continue
+        try:
+            listener = listener.with_protocol(config.listener_security_protocol_map)
+        except ValueError as exc:
+            raise ConfigError(f"{source}: bad value for {key!r}: {exc}") from None
+        if listener.security_protocol not in SERVED_PROTOCOLS:
+            raise ConfigError(f"{source}: bad value for {key!r}: {listener} is a "
+                              f"{listener.security_protocol} listener; klog serves "
+                              f"{', '.join(sorted(SERVED_PROTOCOLS))} only")
+        resolved[field_name] = listener
+    return dataclasses.replace(config, **resolved)
 
 
 def load_config(path: Path | str | None, overrides: list[str] = ()) -> BrokerConfig:

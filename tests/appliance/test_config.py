@@ -65,6 +65,11 @@ def test_finer_retention_unit_wins_whatever_the_order():
     ({"num.partitions": "zero"}, "num.partitions"),
     ({"num.partitions": "0"}, "num.partitions"),
     ({"listeners": "SSL://h:1"}, "listeners"),
+    ({"listeners": "CLIENT://h:1"}, "listeners"),  # a name the protocol map does not have
+    ({"listeners": "CLIENT://h:1", "listener.security.protocol.map": "CLIENT:SASL_SSL"},
+     "listeners"),  # not served yet
+    ({"listener.security.protocol.map": "CLIENT:TLS"}, "listener.security.protocol.map"),
+    ({"listener.security.protocol.map": "CLIENT"}, "listener.security.protocol.map"),
     ({"listeners": "PLAINTEXT://h:notaport"}, "listeners"),
     ({"auto.create.topics.enable": "yes"}, "auto.create.topics.enable"),
     ({"log.segment.bytes": "1"}, "segment.bytes"),
@@ -175,3 +180,11 @@ def test_leadership_keys_have_kafkas_defaults_and_are_read():
             config.leader_imbalance_per_broker_percentage) == (False, 2, 0)
     assert config.log_defaults.unclean_leader_election_enable is True
     assert config.ignored_keys == ()  # no longer accepted with a warning: read and checked
+
+
+def test_a_listener_name_takes_its_security_protocol_from_the_map():
+    config = build_config({"listeners": "client://127.0.0.1:9092",
+                           "listener.security.protocol.map": "CLIENT:PLAINTEXT,REPL:PLAINTEXT"})
+    assert config.listeners == Listener("127.0.0.1", 9092, "CLIENT", "PLAINTEXT")
+    assert str(config.listeners) == "CLIENT://127.0.0.1:9092"
+    assert build_config({}).listeners.security_protocol == "PLAINTEXT"
