@@ -41,6 +41,8 @@ from klog.protocol.apis import (
     offset_fetch,
     offset_for_leader_epoch,
     produce,
+    sasl_authenticate,
+    sasl_handshake,
     sync_group,
 )
 from klog.protocol.schema import Message
@@ -124,6 +126,8 @@ API_BY_KEY: dict[int, ApiSpec] = {
             _spec(delete_groups, "DeleteGroups", (0, 1), (0, 1)),
             _spec(create_partitions, "CreatePartitions", (0, 1), (0, 1)),
             _spec(offset_for_leader_epoch, "OffsetForLeaderEpoch", (2, 3), (2, 3)),
+            _spec(sasl_handshake, "SaslHandshake", (0, 1), (0, 1)),
+            _spec(sasl_authenticate, "SaslAuthenticate", (0, 2), (0, 2)),
         ],
         key=lambda spec: spec.key,
     )
