@@ -16,6 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from appliance.properties import parse_override, parse_properties
+from appliance.sasl_config import (
+    LISTENER_PREFIX,
+    SaslSettings,
+    check_suffix,
+    listener_settings,
+    split_listener_key,
+)
 from appliance.segments.config import LogConfig
 
 DEFAULT_PORT = 9092
@@ -28,7 +35,8 @@ class ConfigError(ValueError):
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 # Kafka's default listener.security.protocol.map: each protocol is also a listener name
 DEFAULT_PROTOCOL_MAP = {name: name for name in SECURITY_PROTOCOLS}
-SERVED_PROTOCOLS = frozenset({"PLAINTEXT"})  # the others come with security (issue 22)
+SERVED_PROTOCOLS = frozenset({"PLAINTEXT", "SASL_PLAINTEXT"})  # the others: issue 22
+SASL_PROTOCOLS = frozenset({"SASL_PLAINTEXT", "SASL_SSL"})
 
 
 @dataclass(frozen=True)
@@ -137,6 +145,9 @@ class BrokerConfig:
     group_max_session_timeout_ms: int = 1_800_000
     group_initial_rebalance_delay_ms: int = 3000
     group_max_size: int = 2**31 - 1
+    # SASL (appliance/sasl_config.py): set only when the listener is a SASL one
+    sasl: SaslSettings | None = None
+    connection_failed_authentication_delay_ms: int = 100
     log_defaults: LogConfig = field(default_factory=LogConfig)
     ignored_keys: tuple[str, ...] = ()
 
@@ -257,6 +268,8 @@ KEYS: dict[str, tuple[str, object]] = {
     "group.max.session.timeout.ms": ("group_max_session_timeout_ms", _int(1)),
     "group.initial.rebalance.delay.ms": ("group_initial_rebalance_delay_ms", _int(0)),
     "group.max.size": ("group_max_size", _int(1)),
+    "connection.failed.authentication.delay.ms": ("connection_failed_authentication_delay_ms",
+                                                  _int(0)),
     "log.segment.bytes": ("log.segment_bytes", _int()),
     "log.roll.ms": ("log.segment_ms", _int()),
     "log.roll.hours": ("log.segment_ms", _hours_to_ms),
@@ -308,8 +321,12 @@ def build_config(settings: dict[str, str], *, source: str = "configuration") -> 
     broker: dict[str, object] = {}
     log: dict[str, object] = {}
     ignored = []
+    sasl_keys = {key: settings[key] for key in settings
+                 if key.startswith(LISTENER_PREFIX) or key == "sasl.enabled.mechanisms"}
     for key in sorted(settings, key=lambda k: PRECEDENCE.get(k, 0)):
         raw = settings[key]
+        if key in sasl_keys:
+            continue
         if key in IGNORED:
             ignored.append(key)
             continue
@@ -330,6 +347,7 @@ def build_config(settings: dict[str, str], *, source: str = "configuration") -> 
         raise ConfigError(f"{source}: {exc}") from None
     config = _with_protocols(BrokerConfig(**broker, log_defaults=log_defaults,
                                           ignored_keys=tuple(ignored)), source)
+    config = _with_sasl(config, sasl_keys, source)
     if config.group_min_session_timeout_ms > config.group_max_session_timeout_ms:
         raise ConfigError(f"{source}: group.min.session.timeout.ms "
                           f"({config.group_min_session_timeout_ms}) is above "
@@ -355,6 +373,38 @@ def _with_protocols(config: BrokerConfig, source: str) -> BrokerConfig:
                               f"{', '.join(sorted(SERVED_PROTOCOLS))} only")
         resolved[field_name] = listener
     return dataclasses.replace(config, **resolved)
+
+
+def _with_sasl(config: BrokerConfig, keys: dict[str, str], source: str) -> BrokerConfig:
+    """The listener's SASL settings when it is a SASL one; the `listener.name.*` keys of other
+    listeners, and SASL keys on a listener without SASL, are listed as ignored."""
+    ours: dict[str, str] = {}
+    ignored = []
+    for key, value in keys.items():
+        if key == "sasl.enabled.mechanisms":
+            continue
+        try:
+            listener, suffix = split_listener_key(key)
+            check_suffix(key, suffix, source)
+        except ValueError as exc:
+            raise ConfigError(str(exc) if str(exc).startswith(source)
+                              else f"{source}: bad key {key!r}: {exc}") from None
+        if listener == config.listeners.name:
+            ours[suffix] = value
+        else:
+            ignored.append(key)
+    if config.listeners.security_protocol not in SASL_PROTOCOLS:
+        ignored += [k for k in keys if k not in ignored]
+        return dataclasses.replace(config, ignored_keys=config.ignored_keys + tuple(ignored))
+    try:
+        sasl, unused = listener_settings(config.listeners.name, ours, source=source,
+                                         default_mechanisms=keys.get("sasl.enabled.mechanisms"))
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    if "sasl.enabled.mechanisms" in ours and "sasl.enabled.mechanisms" in keys:
+        unused.append("sasl.enabled.mechanisms")  # the listener's own list wins, as in Kafka
+    return dataclasses.replace(config, sasl=sasl,
+                               ignored_keys=config.ignored_keys + tuple(ignored + unused))
 
 
 def load_config(path: Path | str | None, overrides: list[str] = ()) -> BrokerConfig:
