@@ -19,6 +19,7 @@ COMMANDS = {
     "produce": ("produce", "send stdin lines to a topic, one message per line"),
     "consume": ("consume", "print a topic's messages (kcat-style --format)"),
     "groups": ("groups", "list, describe, reset offsets of and delete consumer groups"),
+    "users": ("users", "add, remove and list the SCRAM users of an appliance alone"),
     "cluster": ("cluster", "the fleet of appliances, as ZooKeeper holds it (cluster mode)"),
     "demo-cluster": ("demo_cluster", "start ZooKeeper and three appliances; show the fleet"),
     "load-hourly": ("load_hourly", "load hours of a topic into the Parquet warehouse (Spark)"),

@@ -1,0 +1,131 @@
+"""The SCRAM credentials of an appliance alone, in a file: salted, never a password.
+
+``<first log dir>/.klog-catalog/scram-credentials.json``, mode 0600, written atomically (temp
+file, fsync, rename, fsync of the directory) by `klog users`, before or while the appliance
+runs. Its format is klog's own::
+
+    {"version": 1, "users": {"alice": {"SCRAM-SHA-512": {"salt": "<base64>",
+        "iterations": 4096, "stored_key": "<base64>", "server_key": "<base64>"}}}}
+
+Workers read it through :class:`ScramCredentialFile`, which checks the file's identity (inode,
+size, mtime) at each authentication and re-reads it when it changed: one stat per login, and
+no signal to deliver for a change to take effect (a file that cannot be read keeps the last
+good contents, and the reason is logged once).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import os
+from pathlib import Path
+
+from klog.protocol.sasl import SCRAM_MECHANISMS
+from klog.protocol.sasl.scram import ScramCredential
+
+log = logging.getLogger(__name__)
+
+CATALOG_DIR = ".klog-catalog"  # the topic catalog's directory (workers may not import it)
+FILE_NAME = "scram-credentials.json"
+Users = dict[str, dict[str, ScramCredential]]  # user -> mechanism -> credential
+
+
+def credentials_path(first_log_dir: Path) -> Path:
+    return Path(first_log_dir) / CATALOG_DIR / FILE_NAME
+
+
+def decode(data: bytes, *, source: str) -> Users:
+    """The users of a file's contents. Raises ValueError naming the file and the problem."""
+    try:
+        document = json.loads(data)
+        users: Users = {}
+        for name, by_mechanism in document["users"].items():
+            users[name] = {}
+            for mechanism, c in by_mechanism.items():
+                if mechanism not in SCRAM_MECHANISMS:
+                    raise ValueError(f"unknown mechanism {mechanism!r}")
+                users[name][mechanism] = ScramCredential(
+                    base64.b64decode(c["salt"]), int(c["iterations"]),
+                    base64.b64decode(c["stored_key"]), base64.b64decode(c["server_key"]))
+        return users
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"{source}: not a SCRAM credentials file: {exc!r}") from None
+
+
+def encode(users: Users) -> bytes:
+    def b64(value: bytes) -> str:
+        return base64.b64encode(value).decode()
+
+    return json.dumps({"version": 1, "users": {
+        name: {mechanism: {"salt": b64(c.salt), "iterations": c.iterations,
+                           "stored_key": b64(c.stored_key), "server_key": b64(c.server_key)}
+               for mechanism, c in sorted(by_mechanism.items())}
+        for name, by_mechanism in sorted(users.items())}}, indent=1).encode() + b"\n"
+
+
+def read_users(path: Path) -> Users:
+    """The users in ``path``; none when it does not exist. Raises ValueError or OSError."""
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        return {}
+    return decode(data, source=str(path))
+
+
+def write_users(path: Path, users: Users) -> None:
+    """Replace the file atomically; it is created readable by its owner only."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        os.write(fd, encode(users))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+class ScramCredentialFile:
+    """A worker's view of the file, re-read when it changes (see the module docstring)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._identity: tuple | None = None
+        self._users: Users = {}
+        self._warned: tuple | None = None
+
+    def lookup(self, user: str, mechanism: str) -> ScramCredential | None:
+        self._refresh()
+        return self._users.get(user, {}).get(mechanism)
+
+    def _refresh(self) -> None:
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            self._identity, self._users = None, {}
+            return
+        except OSError as exc:
+            self._warn(("stat", exc.errno), f"cannot stat {self.path}: {exc}")
+            return
+        identity = (st.st_ino, st.st_size, st.st_mtime_ns)
+        if identity == self._identity:
+            return
+        try:
+            self._users = read_users(self.path)
+        except (OSError, ValueError) as exc:
+            self._warn(identity, f"keeping the SCRAM credentials read before: {exc}")
+            return
+        self._identity = identity
+
+    def _warn(self, key: tuple, message: str) -> None:
+        if self._warned != key:
+            self._warned = key
+            log.warning("%s", message)
