@@ -61,6 +61,11 @@ METRICS: dict[str, tuple[str, str]] = {
     "klog_offline_partitions": ("gauge", "cluster mode: partitions without a live leader"),
     "klog_under_replicated_partitions": ("gauge", "cluster mode: partitions led by this "
                                          "appliance whose ISR is smaller than their replicas"),
+    "klog_authentication_successes_total": ("counter", "SASL authentications that "
+                                            "succeeded"),
+    "klog_authentication_failures_total": ("counter", "SASL authentications that failed "
+                                           "(answered after connection.failed.authentication"
+                                           ".delay.ms, then closed)"),
     "klog_isr_shrinks_total": ("counter", "cluster mode: ISR shrinks the worker's leaders "
                                "asked for and got written"),
     "klog_isr_expands_total": ("counter", "cluster mode: ISR expansions the worker's leaders "
@@ -153,6 +158,12 @@ class ApplianceCollector:
                                       labels=["worker"])
         expands = CounterMetricFamily("klog_isr_expands", _help("klog_isr_expands_total"),
                                       labels=["worker"])
+        auth_ok = CounterMetricFamily("klog_authentication_successes",
+                                      _help("klog_authentication_successes_total"),
+                                      labels=["worker"])
+        auth_failed = CounterMetricFamily("klog_authentication_failures",
+                                          _help("klog_authentication_failures_total"),
+                                          labels=["worker"])
         follower_lag = GaugeMetricFamily("klog_follower_lag_messages",
                                          _help("klog_follower_lag_messages"),
                                          labels=["topic", "partition", "follower"])
@@ -180,10 +191,14 @@ class ApplianceCollector:
             if "isr" in doc:
                 shrinks.add_metric([worker], doc["isr"][0])
                 expands.add_metric([worker], doc["isr"][1])
+            if "authentications" in doc:
+                auth_ok.add_metric([worker], doc["authentications"][0])
+                auth_failed.add_metric([worker], doc["authentications"][1])
             for topic, partition, follower, lag in doc.get("followers", []):
                 follower_lag.add_metric([topic, str(partition), str(follower)], lag)
         yield from (requests, errors, latency, *connections.values(), open_now, loop_lag,
-                    batch, sync, sync_failures, shrinks, expands, follower_lag)
+                    batch, sync, sync_failures, shrinks, expands, auth_ok, auth_failed,
+                    follower_lag)
 
     def _groups(self, documents: dict[str, dict]):
         members = GaugeMetricFamily("klog_consumer_group_members",

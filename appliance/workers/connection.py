@@ -23,6 +23,7 @@ import socket
 import time
 from collections import deque
 
+from appliance.workers.authentication import Action
 from klog.protocol.chunks import FileRegion
 from klog.protocol.error_codes import ErrorCode
 from klog.protocol.server import NEED_DATA, ProtocolError, ServerConnection, error_response
@@ -47,6 +48,11 @@ class _Fd:
         return self._fd
 
 
+def _resolve(future: asyncio.Future, body) -> None:
+    if not future.done():
+        future.set_result(body)
+
+
 class KafkaConnection(asyncio.Protocol):
     """The asyncio protocol of one client connection to a worker."""
 
@@ -64,6 +70,10 @@ class KafkaConnection(asyncio.Protocol):
         self._admitted = False
         self._host = "?"
         self.last_received_s = time.monotonic()
+        # SASL listeners: the connection's authenticator until it succeeds (authentication.py)
+        self.auth = worker.new_authenticator()
+        self.principal = None  # User:<name> once authenticated
+        self._close_after = None  # the request whose answer is the last one (SASL failures)
 
     # asyncio callbacks -------------------------------------------------------------------
 
@@ -120,6 +130,8 @@ class KafkaConnection(asyncio.Protocol):
             if request is NEED_DATA:
                 break
             request.client_host = self.peer_host
+            if self.principal is not None:
+                request.principal = self.principal
             self._queue.append((request, self._dispatch(request), now))
         self._update_reading()
         self._flush()
@@ -127,7 +139,7 @@ class KafkaConnection(asyncio.Protocol):
     def _update_reading(self) -> None:
         """Stop reading requests while too many answers are owed or the client is not reading
         them; start again once half the queue has drained and the write buffer has too."""
-        if self._closed:
+        if self._closed or self._close_after is not None:
             return
         if self._writing_paused or len(self._queue) >= MAX_PENDING_RESPONSES:
             if not self._reading_paused:
@@ -140,6 +152,10 @@ class KafkaConnection(asyncio.Protocol):
     # dispatch ----------------------------------------------------------------------------
 
     def _dispatch(self, request):
+        if self.auth is not None:
+            outcome = self.auth.receive(request)
+            if outcome is not None:
+                return self._authentication_answer(request, outcome)
         if request.error is not None:
             return self._error_answer(request, request.error)
         handler = self.worker.handlers.get(request.header.api_key)
@@ -157,6 +173,40 @@ class KafkaConnection(asyncio.Protocol):
             future.add_done_callback(self._on_answer)
             return future
         return result
+
+    def _authentication_answer(self, request, outcome):
+        """Carry out the authenticator's decision: answer, fail (answer after the delay, then
+        close, without blocking the loop), or close."""
+        action = outcome.action
+        if action is Action.DROP:
+            return NO_RESPONSE
+        if action is Action.CLOSE:
+            log.info("closing %s: %s", self.peer, outcome.reason)
+            self.close()
+            return NO_RESPONSE
+        if self.auth.authenticated:
+            self.principal = self.auth.principal
+            self.auth = None
+            self.worker.statistics.authentication_done(True)
+            log.debug("%s authenticated as %s", self.peer, self.principal)
+            return outcome.body
+        if action is Action.ANSWER:
+            return outcome.body
+        self._close_after = request
+        if not self._reading_paused:
+            self._reading_paused = True
+            self.transport.pause_reading()
+        if action is Action.ANSWER_AND_CLOSE:
+            log.info("closing %s after answering: %s", self.peer, outcome.reason)
+            return outcome.body
+        log.info("authentication of %s failed: %s", self.peer, outcome.reason)
+        self.worker.statistics.authentication_done(False)
+        future = asyncio.get_running_loop().create_future()
+        asyncio.get_running_loop().call_later(
+            self.worker.config.connection_failed_authentication_delay_ms / 1000,
+            _resolve, future, outcome.body)
+        future.add_done_callback(self._on_answer)
+        return future
 
     def _error_answer(self, request, code):
         """The error body for `request`, or close the connection where Kafka would."""
@@ -200,6 +250,10 @@ class KafkaConnection(asyncio.Protocol):
                               request.header.api_key, request.header.api_version, self.peer)
                 if out:  # the answers before it still leave, as they did one by one
                     self.transport.writelines(out)
+                self.close()
+                return
+            if request is self._close_after:  # its answer is the last: written, then closed
+                self.transport.writelines([*out, *chunks])
                 self.close()
                 return
             if any(isinstance(c, FileRegion) for c in chunks):

@@ -63,6 +63,7 @@ class WorkerStatistics:
         self.sync_failures = 0
         self.isr_shrinks = 0  # ISR changes this worker's leaders asked for and got written
         self.isr_expands = 0
+        self.authentications = [0, 0]  # SASL: [succeeded, failed], counted even when disabled
 
     def request_done(self, request, seconds: float, failed: bool) -> None:
         """One request answered (or dropped) after `seconds`; `failed`: a request-level error."""
@@ -90,6 +91,10 @@ class WorkerStatistics:
         if failed:
             self.sync_failures += 1
 
+    def authentication_done(self, succeeded: bool) -> None:
+        """One SASL authentication finished (a failure is counted when it is decided)."""
+        self.authentications[0 if succeeded else 1] += 1
+
     def isr_changed(self, before: int, after: int) -> None:
         """A leader's ISR change was written: from `before` replicas in sync to `after`."""
         if after < before:
@@ -112,6 +117,7 @@ class WorkerStatistics:
                              "failures": self.sync_failures},
             "lag": lag_report,
             "isr": [self.isr_shrinks, self.isr_expands],
+            "authentications": list(self.authentications),
             "followers": followers or [],
         }
 

@@ -22,12 +22,14 @@ from appliance.control.channel import Reload
 from appliance.control.interface import ControlPlane
 from appliance.control.topics import FleetNode, TopicInfo, appliance_rack
 from appliance.identity import node_id_for
+from appliance.scram_credentials import ScramCredentialFile, credentials_path
 from appliance.segments.errors import StorageError
 from appliance.segments.group_commit import GroupCommitter
 from appliance.segments.readable import ReadableLog
 from appliance.shm.appliance_region import ApplianceRegion
 from appliance.shm.partition_table import FreeSlotError
 from appliance.shm.seqlock import TornEntryError
+from appliance.workers.authentication import Authenticator
 from appliance.workers.connection import KafkaConnection
 from appliance.workers.connection_limits import ConnectionGuard, is_idle, sweep_interval_s
 from appliance.workers.groups.coordinator import GroupCoordinator
@@ -82,8 +84,17 @@ class Worker:
         self.guard = ConnectionGuard(max_connections=config.max_connections,
                                      max_connections_per_ip=config.max_connections_per_ip)
         self.port = config.listeners.port + index
+        # SASL listener: the SCRAM file of the appliance alone, re-read when it changes
+        self.scram_credentials = (ScramCredentialFile(credentials_path(config.log_dirs[0]))
+                                  if config.sasl is not None else None)
         self._server: asyncio.base_events.Server | None = None
         self._tasks: list[asyncio.Task] = []
+
+    def new_authenticator(self) -> Authenticator | None:
+        """A new connection's SASL state, or None on a listener without SASL."""
+        if self.config.sasl is None:
+            return None
+        return Authenticator(self.config.sasl, self.scram_credentials)
 
     # facts handlers need -----------------------------------------------------------------
 

@@ -62,6 +62,7 @@ __all__ = [
 ]
 
 PRODUCE_KEY = 0
+ANONYMOUS = "User:ANONYMOUS"  # Kafka's principal for a connection without authentication
 
 
 @dataclass(slots=True)
@@ -75,6 +76,7 @@ class Request:
     spec: ApiSpec | None
     detail: str | None = None  # why decoding failed, for the log
     client_host: str = ""  # the peer's address, set by the server's I/O layer (DescribeGroups)
+    principal: str = ANONYMOUS  # who sent it: User:<name> once the connection authenticated
 
     @property
     def api_key(self) -> int:

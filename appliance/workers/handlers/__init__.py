@@ -27,6 +27,8 @@ from appliance.workers.handlers import (
     offset_fetch,
     offset_for_leader_epoch,
     produce,
+    sasl_authenticate,
+    sasl_handshake,
     sync_group,
 )
 
@@ -34,7 +36,7 @@ MODULES = (
     api_versions, metadata, produce, fetch, list_offsets, create_topics, delete_topics,
     init_producer_id, describe_configs, find_coordinator, join_group, sync_group, heartbeat,
     leave_group, offset_commit, offset_fetch, list_groups, describe_groups, delete_groups,
-    create_partitions, offset_for_leader_epoch,
+    create_partitions, offset_for_leader_epoch, sasl_handshake, sasl_authenticate,
 )
 
 HANDLERS = {module.API_KEY: module.handle for module in MODULES}
