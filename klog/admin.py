@@ -36,6 +36,7 @@ from klog.protocol.apis import (
     offset_fetch,
 )
 from klog.protocol.error_codes import ErrorCode
+from klog.security import ClientSecurity
 from klog.types import TopicPartition
 from klog.wire import BrokerConnection, connect_any
 
@@ -69,12 +70,18 @@ class Admin:
     """Administrative calls against one klog appliance (or any Kafka broker)."""
 
     def __init__(self, bootstrap_servers: str, *, client_id: str = "klog-admin",
-                 request_timeout_ms: int = 30_000):
+                 request_timeout_ms: int = 30_000, security_protocol: str = "PLAINTEXT",
+                 sasl_mechanism: str | None = None, sasl_plain_username: str | None = None,
+                 sasl_plain_password: str | None = None):
+        """The security options are the producer's and consumer's (klog/security.py);
+        ValueError when they do not fit together."""
         self.bootstrap_servers = bootstrap_servers
         self._timeout_ms = request_timeout_ms
         self._client_id = client_id
+        self._security = ClientSecurity(security_protocol, sasl_mechanism,
+                                        sasl_plain_username, sasl_plain_password)
         self._conn = connect_any(bootstrap_servers, client_id=client_id,
-                                 timeout_s=request_timeout_ms / 1000)
+                                 timeout_s=request_timeout_ms / 1000, security=self._security)
         self._nodes: dict[int, BrokerConnection] = {}
 
     def __enter__(self) -> Admin:
@@ -159,7 +166,8 @@ class Admin:
             if conn is not None:
                 conn.close()
             conn = self._nodes[node_id] = BrokerConnection(
-                host, port, client_id=self._client_id, timeout_s=self._timeout_ms / 1000)
+                host, port, client_id=self._client_id, timeout_s=self._timeout_ms / 1000,
+                security=self._security)
         return conn
 
     def list_offsets(self, topic: str, timestamp: int = LATEST) -> dict[int, int]:

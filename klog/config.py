@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
+
+from klog.security import ClientSecurity
 
 __all__ = ["ConsumerConfig", "ProducerConfig", "build", "parse_bootstrap"]
 
@@ -59,8 +61,19 @@ class _Common:
     request_timeout_ms: int = 30_000
     retry_backoff_ms: int = 100
     metadata_max_age_ms: int = 300_000
+    # authentication (klog/security.py), kafka-python's names
+    security_protocol: str = "PLAINTEXT"
+    sasl_mechanism: str | None = None
+    sasl_plain_username: str | None = None
+    sasl_plain_password: str | None = field(default=None, repr=False)
+
+    @property
+    def security(self) -> ClientSecurity:
+        return ClientSecurity(self.security_protocol, self.sasl_mechanism,
+                              self.sasl_plain_username, self.sasl_plain_password)
 
     def _validate_common(self) -> None:
+        self.security  # noqa: B018 (validates the security options, raising ValueError)
         _check(isinstance(self.bootstrap_servers, str) and self.bootstrap_servers != "",
                "bootstrap_servers", self.bootstrap_servers, "'host:port[,host:port]'")
         try:

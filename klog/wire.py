@@ -27,6 +27,7 @@ from klog.outgoing import Outgoing, choose_versions, version_of
 from klog.protocol.apis import api_versions
 from klog.protocol.client import NEED_DATA, ClientConnection
 from klog.protocol.exceptions import ProtocolError
+from klog.security import ClientSecurity, sasl_exchange
 
 __all__ = ["BrokerConnection", "Network", "connect_any", "parse_bootstrap"]
 
@@ -41,7 +42,7 @@ class BrokerConnection:
     broker cannot be reached or the connection breaks (it is closed then)."""
 
     def __init__(self, host: str, port: int, *, client_id: str = "klog",
-                 timeout_s: float = 30.0):
+                 timeout_s: float = 30.0, security: ClientSecurity | None = None):
         self.address = f"{host}:{port}"
         try:
             self.sock = socket.create_connection((host, port), timeout=timeout_s)
@@ -53,10 +54,27 @@ class BrokerConnection:
         self.codec = ClientConnection(client_id=client_id, max_frame_bytes=MAX_FRAME_BYTES)
         self.closed = False
         self.versions = self._negotiate()
+        if security is not None and security.sasl:
+            self._authenticate(security)
 
     def _negotiate(self) -> dict[int, int]:
         answer = self.request(api_versions.SPEC.key, 0, api_versions.Request())
         return choose_versions(answer, self.address)
+
+    def _authenticate(self, security: ClientSecurity) -> None:
+        """SASL after ApiVersions (klog/security.py); a refusal closes the connection and
+        raises KafkaError."""
+        steps = sasl_exchange(security, self.versions, self.address)
+        try:
+            step = next(steps)
+            while True:
+                module, version, body = step
+                step = steps.send(self.request(module.SPEC.key, version, body))
+        except StopIteration:
+            return
+        except KlogError:
+            self.close()
+            raise
 
     def version_of(self, api_key: int) -> int:
         return version_of(self.versions, api_key, self.address)
@@ -143,9 +161,11 @@ class Network:
     thread at a time; :meth:`wakeup` is the only method other threads may call."""
 
     def __init__(self, bootstrap_servers: str, *, client_id: str, request_timeout_ms: int,
-                 address_of: Callable[[int], tuple[str, int] | None]):
+                 address_of: Callable[[int], tuple[str, int] | None],
+                 security: ClientSecurity | None = None):
         self._bootstrap = bootstrap_servers
         self._client_id = client_id
+        self._security = security
         self._timeout_s = request_timeout_ms / 1000
         self._closing = False
         self._address_of = address_of
@@ -171,13 +191,13 @@ class Network:
                          if not c.closed and ch == ""), None)
             if conn is None:
                 conn = connect_any(self._bootstrap, client_id=self._client_id,
-                                   timeout_s=self._timeout_s)
+                                   timeout_s=self._timeout_s, security=self._security)
         else:
             address = self._address_of(node)
             if address is None:
                 raise BrokerUnavailableError(f"node {node} is not in the metadata")
             conn = BrokerConnection(*address, client_id=self._client_id,
-                                    timeout_s=self._timeout_s)
+                                    timeout_s=self._timeout_s, security=self._security)
         self._connections[(node, channel)] = conn
         if conn not in self._pending:
             self._pending[conn] = deque()

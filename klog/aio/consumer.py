@@ -61,7 +61,7 @@ class AIOConsumer(ConsumerBase):
             self._network = AIONetwork(
                 self.config.bootstrap_servers, client_id=self.config.client_id,
                 request_timeout_ms=self.config.request_timeout_ms,
-                address_of=self._core.address_of)
+                address_of=self._core.address_of, security=self.config.security)
             self._pump_lock = asyncio.Lock()
         return self._network
 

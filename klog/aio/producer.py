@@ -98,7 +98,7 @@ class AIOProducer:
             self._network = AIONetwork(
                 self.config.bootstrap_servers, client_id=self.config.client_id,
                 request_timeout_ms=self.config.request_timeout_ms,
-                address_of=self._core.cluster.address_of)
+                address_of=self._core.cluster.address_of, security=self.config.security)
             self._task = asyncio.ensure_future(self._run())
         return self
 

@@ -22,6 +22,7 @@ from klog.outgoing import Outgoing, choose_versions, version_of
 from klog.protocol.apis import api_versions
 from klog.protocol.client import NEED_DATA, ClientConnection
 from klog.protocol.exceptions import ProtocolError
+from klog.security import ClientSecurity, sasl_exchange
 from klog.wire import MAX_FRAME_BYTES, RECV_BYTES, request_deadline
 
 log = logging.getLogger("klog.wire")
@@ -41,8 +42,8 @@ class AIOBrokerConnection:
         self.closed = False
 
     @classmethod
-    async def open(cls, host: str, port: int, *, client_id: str,
-                   timeout_s: float) -> AIOBrokerConnection:
+    async def open(cls, host: str, port: int, *, client_id: str, timeout_s: float,
+                   security: ClientSecurity | None = None) -> AIOBrokerConnection:
         address = f"{host}:{port}"
         try:
             reader, writer = await asyncio.wait_for(
@@ -62,7 +63,29 @@ class AIOBrokerConnection:
             conn.close()
             raise BrokerUnavailableError(f"{address}: no ApiVersions answer") from None
         conn.versions = choose_versions(answer[1], address)
+        if security is not None and security.sasl:
+            await conn._authenticate(security, timeout_s)
         return conn
+
+    async def _authenticate(self, security: ClientSecurity, timeout_s: float) -> None:
+        """SASL after ApiVersions (klog/security.py); a refusal closes the connection and
+        raises KafkaError."""
+        steps = sasl_exchange(security, self.versions, self.address)
+        try:
+            step = next(steps)
+            while True:
+                module, version, body = step
+                self.send_raw(module.SPEC.key, version, body)
+                try:
+                    answer = await asyncio.wait_for(self.next_response(), timeout_s)
+                except TimeoutError:
+                    raise BrokerUnavailableError(f"{self.address}: no SASL answer") from None
+                step = steps.send(answer[1])
+        except StopIteration:
+            return
+        except KlogError:
+            self.close()
+            raise
 
     def send_raw(self, api_key: int, version: int, body, expect_response=None) -> int:
         correlation_id, data = self.codec.send_request(api_key, version, body,
@@ -106,9 +129,11 @@ class AIONetwork:
     """The connections of one asyncio client, keyed by node id (None: any broker)."""
 
     def __init__(self, bootstrap_servers: str, *, client_id: str, request_timeout_ms: int,
-                 address_of: Callable[[int], tuple[str, int] | None]):
+                 address_of: Callable[[int], tuple[str, int] | None],
+                 security: ClientSecurity | None = None):
         self._bootstrap = parse_bootstrap(bootstrap_servers)
         self._client_id = client_id
+        self._security = security
         self._timeout_s = request_timeout_ms / 1000
         self._closing = False
         self._address_of = address_of
@@ -135,7 +160,8 @@ class AIONetwork:
             if address is None:
                 raise BrokerUnavailableError(f"node {node} is not in the metadata")
             conn = await AIOBrokerConnection.open(*address, client_id=self._client_id,
-                                                  timeout_s=self._timeout_s)
+                                                  timeout_s=self._timeout_s,
+                                                  security=self._security)
         self._connections[(node, channel)] = conn
         if conn not in self._pending:
             self._pending[conn] = deque()
@@ -147,7 +173,8 @@ class AIONetwork:
         for host, port in self._bootstrap:
             try:
                 return await AIOBrokerConnection.open(host, port, client_id=self._client_id,
-                                                      timeout_s=self._timeout_s)
+                                                      timeout_s=self._timeout_s,
+                                                      security=self._security)
             except BrokerUnavailableError as exc:
                 errors.append(str(exc))
         raise BrokerUnavailableError("; ".join(errors))

@@ -28,6 +28,7 @@ import time
 
 from klog.errors import KlogError
 from klog.protocol.apis import heartbeat, leave_group
+from klog.security import ClientSecurity
 from klog.wire import BrokerConnection
 
 POLL_TIMEOUT = "poll-timeout"
@@ -39,8 +40,9 @@ def _now_ms() -> int:
 
 class HeartbeatThread:
     def __init__(self, *, client_id: str, heartbeat_interval_ms: int, max_poll_interval_ms: int,
-                 request_timeout_ms: int):
+                 request_timeout_ms: int, security: ClientSecurity | None = None):
         self._client_id = client_id
+        self._security = security
         self._interval_ms = heartbeat_interval_ms
         self._max_poll_ms = max_poll_interval_ms
         self._timeout_s = request_timeout_ms / 1000
@@ -115,7 +117,8 @@ class HeartbeatThread:
                     f"{address[0]}:{address[1]}"):
                 self._disconnect()
                 self._conn = BrokerConnection(*address, client_id=self._client_id,
-                                              timeout_s=self._timeout_s)
+                                              timeout_s=self._timeout_s,
+                                              security=self._security)
             return self._conn.call(module, **fields)
         except KlogError:
             self._disconnect()  # the consumer's own requests will find out what is wrong

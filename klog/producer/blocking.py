@@ -62,7 +62,8 @@ class Producer:
         self._core = ProducerProtocol(self.config, new_future=concurrent.futures.Future)
         self._network = Network(self.config.bootstrap_servers, client_id=self.config.client_id,
                                 request_timeout_ms=self.config.request_timeout_ms,
-                                address_of=self._core.cluster.address_of)
+                                address_of=self._core.cluster.address_of,
+                                security=self.config.security)
         self._closed = False
         self._stopping = False
         self._force = False

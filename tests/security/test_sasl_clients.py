@@ -1,6 +1,7 @@
 """Real clients over SASL_PLAINTEXT, unchanged: confluent-kafka (with a consumer group),
 kafka-python, aiokafka and kcat produce and consume with PLAIN and with SCRAM-SHA-512, the
-SCRAM user having been added with `klog users add` before the appliance first started."""
+SCRAM user having been added with `klog users add` before the appliance first started; and
+klog's own client (blocking and asyncio) with kafka-python's option names."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as PyTopicPartition
 
+import klog
+import klog.aio
 from tests.conftest import require_binary
 from tests.security.helpers import (
     CREDENTIALS,
@@ -141,3 +144,57 @@ def test_kcat(appliance, mechanism):
          input_text="".join(f"line-{i}\n" for i in range(50)))
     out = kcat(mechanism, appliance, "-C", "-t", topic, "-o", "beginning", "-e", "-q")
     assert out.splitlines() == [f"line-{i}" for i in range(50)]
+
+
+def klog_options(mechanism, **changes):
+    user, password = CREDENTIALS[mechanism]
+    return {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": mechanism,
+            "sasl_plain_username": user, "sasl_plain_password": password, **changes}
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_klog_client(appliance, mechanism):
+    options = klog_options(mechanism)
+    name = f"klog-{mechanism.lower()}"
+    with klog.Admin(appliance.bootstrap, **options) as admin:
+        admin.create_topic(name, 2)
+    with klog.Producer(bootstrap_servers=appliance.bootstrap, **options) as producer:
+        for i in range(100):
+            producer.send(name, b"v%d" % i, key=b"%d" % i)
+        producer.flush()
+    consumer = klog.Consumer(bootstrap_servers=appliance.bootstrap, group_id=f"g-{name}",
+                             auto_offset_reset="earliest", **options)
+    consumer.subscribe([name])
+    got, deadline = [], time.monotonic() + 60
+    while len(got) < 100 and time.monotonic() < deadline:
+        got += [r.value for records in consumer.poll(500).values() for r in records]
+    consumer.close()
+    assert sorted(got) == sorted(b"v%d" % i for i in range(100))
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_klog_aio_client(appliance, mechanism):
+    options = klog_options(mechanism)
+    name = new_topic(appliance, mechanism, partitions=1)
+    tp = klog.TopicPartition(name, 0)
+
+    async def scenario():
+        async with klog.aio.AIOProducer(bootstrap_servers=appliance.bootstrap,
+                                        **options) as producer:
+            batch = await (await producer.send_batch(name, [b"a", b"b", b"c"]))
+        async with klog.aio.AIOConsumer(bootstrap_servers=appliance.bootstrap,
+                                        **options) as consumer:
+            consumer.assign([tp])
+            consumer.seek(tp, 0)
+            polled = await consumer.poll(timeout_ms=10_000, max_records=3)
+        return [m.offset for m in batch], [r.value for r in polled[tp]]
+
+    assert asyncio.run(scenario()) == ([0, 1, 2], [b"a", b"b", b"c"])
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_klog_client_with_a_wrong_password_is_refused(appliance, mechanism):
+    with pytest.raises(klog.errors.KafkaError) as refused:
+        klog.Admin(appliance.bootstrap, **klog_options(mechanism, sasl_plain_password="no"))
+    assert refused.value.code == klog.errors.ErrorCode.SASL_AUTHENTICATION_FAILED
+    assert not refused.value.retriable
