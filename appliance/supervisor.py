@@ -269,8 +269,10 @@ class Supervisor:
         except ValueError as exc:
             log.error("reload refused, keeping the running config: %s", exc)
             return
-        fixed = [k for k in ("broker_id", "listeners", "log_dirs") if
-                 getattr(new, k) != getattr(self.config, k)]
+        # SASL settings (mechanisms, PLAIN users) too; SCRAM users are re-read by themselves
+        fixed = [k for k in ("broker_id", "listeners", "log_dirs", "sasl",
+                             "connection_failed_authentication_delay_ms")
+                 if getattr(new, k) != getattr(self.config, k)]
         if fixed:
             log.warning("reload: %s change only with a restart", ", ".join(fixed))
         sd_notify.notify("RELOADING=1")
