@@ -11,7 +11,9 @@ does not read its answers), so one client cannot make the worker buffer without 
 connection holds is at most one partial request (up to `socket.request.max.bytes`), the
 requests of one read, and responses up to the write high-water mark plus the ones in flight.
 Admission (`max.connections`, `max.connections.per.ip`) and the idle timeout are the
-`ConnectionGuard`'s decisions (`appliance.workers.connection_limits`).
+`ConnectionGuard`'s decisions (`appliance.workers.connection_limits`). On a SASL listener,
+every request goes to the connection's `Authenticator` (`appliance.workers.authentication`)
+until it succeeds; after that each request carries the connection's principal.
 """
 
 from __future__ import annotations
