@@ -22,10 +22,13 @@ from typing import Any
 
 from klog.protocol.apis import (
     api_versions,
+    create_acls,
     create_partitions,
     create_topics,
+    delete_acls,
     delete_groups,
     delete_topics,
+    describe_acls,
     describe_configs,
     describe_groups,
     fetch,
@@ -128,6 +131,9 @@ API_BY_KEY: dict[int, ApiSpec] = {
             _spec(offset_for_leader_epoch, "OffsetForLeaderEpoch", (2, 3), (2, 3)),
             _spec(sasl_handshake, "SaslHandshake", (0, 1), (0, 1)),
             _spec(sasl_authenticate, "SaslAuthenticate", (0, 2), (0, 2)),
+            _spec(describe_acls, "DescribeAcls", (0, 3), (0, 3)),
+            _spec(create_acls, "CreateAcls", (0, 3), (0, 3)),
+            _spec(delete_acls, "DeleteAcls", (0, 3), (0, 3)),
         ],
         key=lambda spec: spec.key,
     )

@@ -1,0 +1,1 @@
+"""Authorization: Kafka's ACLs (the bindings, the pure decision, their file)."""

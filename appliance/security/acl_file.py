@@ -1,0 +1,68 @@
+"""The ACLs of an appliance alone, in a file the supervisor owns.
+
+``<first log dir>/.klog-catalog/acls.json``, mode 0600, replaced atomically (temp file, fsync,
+rename, fsync of the directory), as the SCRAM credentials beside it. The supervisor reads it
+at start and writes it for each CreateAcls/DeleteAcls that changes something; `klog acls
+--config` edits it while the appliance is stopped. Format, klog's own::
+
+    {"version": 1, "acls": [{"resource_type": "TOPIC", "resource_name": "a",
+        "pattern_type": "LITERAL", "principal": "User:alice", "host": "*",
+        "operation": "WRITE", "permission": "ALLOW"}]}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from appliance.security.acls import AclBinding
+
+CATALOG_DIR = ".klog-catalog"
+FILE_NAME = "acls.json"
+
+
+def acls_path(first_log_dir: Path) -> Path:
+    return Path(first_log_dir) / CATALOG_DIR / FILE_NAME
+
+
+def decode(data: bytes, *, source: str) -> frozenset[AclBinding]:
+    """The ACLs of a file's contents. Raises ValueError naming the file and the problem."""
+    try:
+        return frozenset(AclBinding.from_dict(raw) for raw in json.loads(data)["acls"])
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"{source}: not an ACL file: {exc!r}") from None
+
+
+def encode(acls: frozenset[AclBinding]) -> bytes:
+    return json.dumps({"version": 1, "acls": [a.to_dict() for a in sorted(acls)]},
+                      indent=1).encode() + b"\n"
+
+
+def read_acls(path: Path) -> frozenset[AclBinding]:
+    """The ACLs in ``path``; none when it does not exist. Raises ValueError or OSError."""
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        return frozenset()
+    return decode(data, source=str(path))
+
+
+def write_acls(path: Path, acls: frozenset[AclBinding]) -> None:
+    """Replace the file atomically; it is created readable by its owner only."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        os.write(fd, encode(acls))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
