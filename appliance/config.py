@@ -23,6 +23,11 @@ from appliance.sasl_config import (
     listener_settings,
     split_listener_key,
 )
+from appliance.security.authorizer import (
+    AUTHORIZER_CLASSES,
+    AuthorizerSettings,
+    parse_super_users,
+)
 from appliance.segments.config import LogConfig
 
 DEFAULT_PORT = 9092
@@ -148,12 +153,24 @@ class BrokerConfig:
     # SASL (appliance/sasl_config.py): set only when the listener is a SASL one
     sasl: SaslSettings | None = None
     connection_failed_authentication_delay_ms: int = 100
+    # ACLs (appliance/security): on when authorizer.class.name names Kafka's authorizer
+    authorizer_class_name: str = ""
+    super_users: frozenset[str] = frozenset()
+    allow_everyone_if_no_acl_found: bool = False
     log_defaults: LogConfig = field(default_factory=LogConfig)
     ignored_keys: tuple[str, ...] = ()
 
     @property
     def advertised(self) -> Listener:
         return self.advertised_listeners or self.listeners
+
+    @property
+    def authorizer(self) -> AuthorizerSettings | None:
+        """The authorizer's settings, or None when no authorizer is configured (every
+        request is allowed, as before ACLs)."""
+        if not self.authorizer_class_name:
+            return None
+        return AuthorizerSettings(self.super_users, self.allow_everyone_if_no_acl_found)
 
 
 def _int(low: int | None = None):
@@ -232,6 +249,14 @@ def _text(text: str) -> str:
     return text.strip()
 
 
+def _authorizer_class(text: str) -> str:
+    name = text.strip()
+    if name and name not in AUTHORIZER_CLASSES:
+        raise ValueError(f"klog's authorizer stands for {' or '.join(sorted(AUTHORIZER_CLASSES))}"
+                         f" only, got {name!r}")
+    return name
+
+
 # Kafka key -> (BrokerConfig field, parser). Keys whose field starts with "log." set a field of
 # the default LogConfig (topic defaults); `precedence` below orders Kafka's hour/minute/ms trios.
 KEYS: dict[str, tuple[str, object]] = {
@@ -270,6 +295,9 @@ KEYS: dict[str, tuple[str, object]] = {
     "group.max.size": ("group_max_size", _int(1)),
     "connection.failed.authentication.delay.ms": ("connection_failed_authentication_delay_ms",
                                                   _int(0)),
+    "authorizer.class.name": ("authorizer_class_name", _authorizer_class),
+    "super.users": ("super_users", parse_super_users),
+    "allow.everyone.if.no.acl.found": ("allow_everyone_if_no_acl_found", _bool),
     "log.segment.bytes": ("log.segment_bytes", _int()),
     "log.roll.ms": ("log.segment_ms", _int()),
     "log.roll.hours": ("log.segment_ms", _hours_to_ms),
@@ -348,6 +376,9 @@ def build_config(settings: dict[str, str], *, source: str = "configuration") -> 
     config = _with_protocols(BrokerConfig(**broker, log_defaults=log_defaults,
                                           ignored_keys=tuple(ignored)), source)
     config = _with_sasl(config, sasl_keys, source)
+    if config.authorizer_class_name and config.zookeeper_connect:
+        raise ConfigError(f"{source}: 'authorizer.class.name' is served for an appliance alone "
+                          "only: ACLs of a fleet (in ZooKeeper) are not built yet")
     if config.group_min_session_timeout_ms > config.group_max_session_timeout_ms:
         raise ConfigError(f"{source}: group.min.session.timeout.ms "
                           f"({config.group_min_session_timeout_ms}) is above "

@@ -38,6 +38,8 @@ from appliance.fleet_membership import FleetMembership
 from appliance.forking import DirectForker, ForkError, ForkServer
 from appliance.identity import DiskIdentity, claim_log_dir, node_id_for
 from appliance.metrics.server import MetricsEndpoint
+from appliance.security.acl_book import AclBook
+from appliance.security.acl_file import acls_path
 from appliance.shm.appliance_region import ApplianceRegion
 from appliance.workers.main import worker_main
 
@@ -96,7 +98,7 @@ class Supervisor:
             self.region.follow(decider)
             self.control = ControlServer(decider, cluster_id=cluster,
                                          broker_id=self.config.broker_id,
-                                         on_ready=self._worker_ready)
+                                         on_ready=self._worker_ready, acls=self._acl_book())
             self._install_signals()
             for index in range(len(self.config.log_dirs)):
                 self.workers[index] = WorkerProcess(index)
@@ -105,6 +107,15 @@ class Supervisor:
         finally:
             self._shutdown()
         return self._exit_code
+
+    def _acl_book(self) -> AclBook | None:
+        """With an authorizer: the ACLs of the appliance alone, from their file."""
+        if self.config.authorizer is None:
+            return None
+        try:
+            return AclBook(acls_path(self.config.log_dirs[0]))
+        except ValueError as exc:  # a file that does not parse: the operator must look
+            raise ConfigError(str(exc)) from None
 
     def _run_alone(self):
         catalog = Catalog(self.config.log_dirs[0])
@@ -271,7 +282,9 @@ class Supervisor:
             return
         # SASL settings (mechanisms, PLAIN users) too; SCRAM users are re-read by themselves
         fixed = [k for k in ("broker_id", "listeners", "log_dirs", "sasl",
-                             "connection_failed_authentication_delay_ms")
+                             "connection_failed_authentication_delay_ms",
+                             "authorizer_class_name", "super_users",
+                             "allow_everyone_if_no_acl_found")
                  if getattr(new, k) != getattr(self.config, k)]
         if fixed:
             log.warning("reload: %s change only with a restart", ", ".join(fixed))

@@ -1,13 +1,14 @@
 """The control channel's messages and wire format: length-prefixed orjson over a Unix socketpair.
 
 One socketpair per worker, made before the fork. Workers ask (`CreateTopic`, `DeleteTopic`,
-`CreatePartitions`, `AllocateProducerId`, `AlterPartition`) and get one `Reply` per request,
-in order, matched by the request's `id`; they also say `Ready` once they serve. The
-supervisor starts each worker's stream with the whole `Catalog` (and the cluster id), then
-broadcasts every change (`TopicChanged`, `TopicDeleted`, `Reload`, and in cluster mode
-`Fleet`: the live nodes, the controller and the nodes' dynamic configs) to every worker. A
-worker that asked for a change sees the broadcast before the reply, so when its request
-returns, it already follows the new catalog.
+`CreatePartitions`, `AllocateProducerId`, `AlterPartition`, `CreateAcls`, `DeleteAcls`) and
+get one `Reply` per request, in order, matched by the request's `id`; they also say `Ready`
+once they serve. The supervisor starts each worker's stream with the whole `Catalog` (and the
+cluster id; with an authorizer, the ACL set `Acls` just before it), then broadcasts every
+change (`TopicChanged`, `TopicDeleted`, `Reload`, `Acls`: the whole ACL set after each change,
+and in cluster mode `Fleet`: the live nodes, the controller and the nodes' dynamic configs) to
+every worker. A worker that asked for a change sees the broadcast before the reply, so when
+its request returns, it already follows the new catalog.
 
 Each message is a frozen dataclass; on the wire it is one JSON object: its class name under
 "type" and its fields, each written and read by the codec of its declared type (`_CODECS`).
@@ -28,6 +29,14 @@ from typing import Any
 import orjson
 
 from appliance.control.topics import FleetNode, TopicInfo
+from appliance.security.acls import (
+    AclBinding,
+    AclFilter,
+    Operation,
+    PatternType,
+    Permission,
+    ResourceType,
+)
 from appliance.segments.config import LogConfig
 from klog.protocol.error_codes import ErrorCode
 
@@ -85,6 +94,23 @@ class AlterPartition:
 
 
 @dataclass(frozen=True)
+class CreateAcls:
+    """Add these ACLs (already checked valid by the worker); the supervisor writes its file
+    and broadcasts the new set before it replies."""
+
+    acls: tuple[AclBinding, ...]
+    id: int = field(default=0, kw_only=True)
+
+
+@dataclass(frozen=True)
+class DeleteAcls:
+    """Remove the ACLs any of these filters match; the reply's `acls` are those removed."""
+
+    filters: tuple[AclFilter, ...]
+    id: int = field(default=0, kw_only=True)
+
+
+@dataclass(frozen=True)
 class Ready:
     """The worker serves (no reply)."""
 
@@ -101,6 +127,7 @@ class Reply:
     error: ErrorCode = ErrorCode.NONE
     message: str | None = None
     producer_id: int = -1
+    acls: tuple[AclBinding, ...] = ()  # DeleteAcls: the ACLs removed
 
 
 @dataclass(frozen=True)
@@ -142,8 +169,17 @@ class Fleet:
     node_configs: dict[int, dict[str, str]]
 
 
-Request = CreateTopic | DeleteTopic | CreatePartitions | AllocateProducerId | AlterPartition
-Message = (Request | Ready | Reply | Catalog | TopicChanged | TopicDeleted | Reload | Fleet)
+@dataclass(frozen=True)
+class Acls:
+    """Every ACL in force: sent before the catalog, and again after each change."""
+
+    acls: tuple[AclBinding, ...]
+
+
+Request = (CreateTopic | DeleteTopic | CreatePartitions | AllocateProducerId | AlterPartition
+           | CreateAcls | DeleteAcls)
+Message = (Request | Ready | Reply | Catalog | TopicChanged | TopicDeleted | Reload | Fleet
+           | Acls)
 
 
 # the codec -----------------------------------------------------------------------------------
@@ -173,6 +209,22 @@ def _as_is(value):
     return value
 
 
+def _acl_filter_to_wire(f: AclFilter) -> list:
+    return [int(f.resource_type), f.resource_name, int(f.pattern_type), f.principal, f.host,
+            int(f.operation), int(f.permission)]
+
+
+def _acl_filter(raw) -> AclFilter:
+    rtype, name, pattern, principal, host, operation, permission = raw
+
+    def text(value):
+        return None if value is None else _str(value)
+
+    return AclFilter(ResourceType(_int(rtype)), text(name), PatternType(_int(pattern)),
+                     text(principal), text(host), Operation(_int(operation)),
+                     Permission(_int(permission)))
+
+
 # declared field type -> (to the JSON value, from it); a field's type missing here fails at import
 _CODECS: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {
     "int": (_as_is, _int),
@@ -189,6 +241,10 @@ _CODECS: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {
                               lambda raw: tuple(_node(n) for n in raw)),
     "dict[int, dict[str, str]]": (lambda configs: [[n, c] for n, c in configs.items()],
                                   lambda raw: {_int(n): _strings(c) for n, c in raw}),
+    "tuple[AclBinding, ...]": (lambda acls: [a.to_dict() for a in acls],
+                               lambda raw: tuple(AclBinding.from_dict(a) for a in raw)),
+    "tuple[AclFilter, ...]": (lambda filters: [_acl_filter_to_wire(f) for f in filters],
+                              lambda raw: tuple(_acl_filter(f) for f in raw)),
     "LogConfig": (LogConfig.to_kafka, lambda raw: LogConfig.from_kafka(_strings(raw))),
 }
 

@@ -15,12 +15,15 @@ import socket
 from collections.abc import Callable
 
 from appliance.control.channel import (
+    Acls,
     AllocateProducerId,
     AlterPartition,
     Catalog,
     ControlChannelError,
+    CreateAcls,
     CreatePartitions,
     CreateTopic,
+    DeleteAcls,
     DeleteTopic,
     Fleet,
     Message,
@@ -35,6 +38,8 @@ from appliance.control.channel import (
 )
 from appliance.control.interface import ReloadListener, TopicListener
 from appliance.control.topics import FleetNode, TopicInfo, TopicResult
+from appliance.security.acls import AclBinding, AclFilter
+from appliance.security.authorizer import AclIndex
 from appliance.segments.config import LogConfig
 from klog.protocol.error_codes import ErrorCode
 
@@ -50,6 +55,7 @@ class ControlPlaneClient:
         self.fleet_nodes: dict[int, FleetNode] | None = None
         self.fleet_controller_id = -1
         self.fleet_node_configs: dict[int, dict[str, str]] = {}
+        self.acls = AclIndex()  # the ACLs in force, as last broadcast
         self._has_catalog = False
         self._reader = MessageReader()
         self._topics: dict[str, TopicInfo] = {}
@@ -65,6 +71,7 @@ class ControlPlaneClient:
             TopicDeleted: self._on_topic_deleted,
             Reload: self._on_reload,
             Fleet: self._on_fleet,
+            Acls: self._on_acls,
         }
 
     # the ControlPlane interface ------------------------------------------------------------
@@ -98,6 +105,15 @@ class ControlPlaneClient:
 
     def allocate_producer_id(self) -> int:
         return self._request(AllocateProducerId()).producer_id
+
+    def create_acls(self, acls: list[AclBinding]) -> tuple[ErrorCode, str | None]:
+        reply = self._request(CreateAcls(tuple(acls)))
+        return reply.error, reply.message
+
+    def delete_acls(self, filters: list[AclFilter]
+                    ) -> tuple[ErrorCode, str | None, tuple[AclBinding, ...]]:
+        reply = self._request(DeleteAcls(tuple(filters)))
+        return reply.error, reply.message, reply.acls
 
     def alter_partition(self, request: AlterPartition,
                         on_done: Callable[[ErrorCode], None]) -> None:
@@ -211,3 +227,6 @@ class ControlPlaneClient:
         self.fleet_nodes = {n.node_id: n for n in fleet.nodes}
         self.fleet_controller_id = fleet.controller_id
         self.fleet_node_configs = dict(fleet.node_configs)
+
+    def _on_acls(self, acls: Acls) -> None:
+        self.acls = AclIndex(acls.acls)

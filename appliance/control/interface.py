@@ -13,6 +13,8 @@ from typing import Protocol
 
 from appliance.control.channel import AlterPartition, Reload
 from appliance.control.topics import FleetNode, TopicInfo, TopicResult
+from appliance.security.acls import AclBinding, AclFilter
+from appliance.security.authorizer import AclIndex
 from appliance.segments.config import LogConfig
 from klog.protocol.error_codes import ErrorCode
 
@@ -39,6 +41,8 @@ class ControlPlane(Protocol):
     fleet_controller_id: int
     # cluster mode: the nodes' dynamic configs (/config/brokers/<node>; {} alone)
     fleet_node_configs: dict[int, dict[str, str]]
+    # the ACLs in force (with an authorizer; empty without), as last told
+    acls: AclIndex
 
     def topics(self) -> list[TopicInfo]: ...
 
@@ -58,6 +62,13 @@ class ControlPlane(Protocol):
     def allocate_producer_id(self) -> int:
         """A producer id no other producer has; -1 when none can be had now (cluster mode,
         ZooKeeper unreachable): a retriable condition."""
+
+    def create_acls(self, acls: list[AclBinding]) -> tuple[ErrorCode, str | None]:
+        """Add valid ACLs; (error, message). By the time it returns, `acls` has them."""
+
+    def delete_acls(self, filters: list[AclFilter]
+                    ) -> tuple[ErrorCode, str | None, tuple[AclBinding, ...]]:
+        """Remove the ACLs the filters match; (error, message, the ACLs removed)."""
 
     def alter_partition(self, request: AlterPartition,
                         on_done: Callable[[ErrorCode], None]) -> None:

@@ -12,12 +12,15 @@ import socket
 from collections.abc import Callable
 
 from appliance.control.channel import (
+    Acls,
     AllocateProducerId,
     AlterPartition,
     Catalog,
     ControlChannelError,
+    CreateAcls,
     CreatePartitions,
     CreateTopic,
+    DeleteAcls,
     DeleteTopic,
     Fleet,
     Message,
@@ -32,6 +35,8 @@ from appliance.control.decisions import LocalDecider
 from appliance.control.fleet import FleetRelay
 from appliance.control.topics import FleetNode, TopicResult
 from appliance.identity import node_id_for
+from appliance.security.acl_book import AclBook
+from klog.protocol.error_codes import ErrorCode
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +59,10 @@ class ControlServer:
     is the worker whose channel it arrived on."""
 
     def __init__(self, decider: LocalDecider | FleetRelay, *, cluster_id: str,
-                 broker_id: int, on_ready: Callable[[int], None] = lambda index: None):
+                 broker_id: int, on_ready: Callable[[int], None] = lambda index: None,
+                 acls: AclBook | None = None):
         self.decider = decider
+        self.acls = acls  # the ACLs and their file (an authorizer is configured), or None
         self.cluster_id = cluster_id
         self.broker_id = broker_id
         self.on_ready = on_ready
@@ -67,6 +74,8 @@ class ControlServer:
             CreatePartitions: self._create_partitions,
             AllocateProducerId: self._allocate_producer_id,
             AlterPartition: self._alter_partition,
+            CreateAcls: self._create_acls,
+            DeleteAcls: self._delete_acls,
             Ready: self._ready,
         }
         decider.add_listener(self._broadcast_change)
@@ -80,6 +89,8 @@ class ControlServer:
         self.channels[index] = channel
         if self._fleet is not None:
             channel.send(self._fleet)
+        if self.acls is not None:  # before the catalog: a worker serves only after both
+            channel.send(Acls(tuple(sorted(self.acls.acls))))
         channel.send(Catalog(self.cluster_id, tuple(self.decider.topics())))
         return channel
 
@@ -139,6 +150,32 @@ class ControlServer:
     def _alter_partition(self, channel: WorkerChannel, request: AlterPartition) -> Reply:
         leader = node_id_for(self.broker_id, channel.index)
         return Reply(request.id, error=self.decider.alter_partition(request, leader))
+
+    def _create_acls(self, channel: WorkerChannel, request: CreateAcls) -> Reply:
+        if self.acls is None:
+            return Reply(request.id, error=ErrorCode.SECURITY_DISABLED,
+                         message="No Authorizer is configured.")
+        try:
+            changed = self.acls.create(request.acls)
+        except OSError as exc:
+            log.error("cannot write the ACLs: %s", exc)
+            return Reply(request.id, error=ErrorCode.UNKNOWN_SERVER_ERROR, message=str(exc))
+        if changed:
+            self.broadcast(Acls(tuple(sorted(self.acls.acls))))
+        return Reply(request.id)
+
+    def _delete_acls(self, channel: WorkerChannel, request: DeleteAcls) -> Reply:
+        if self.acls is None:
+            return Reply(request.id, error=ErrorCode.SECURITY_DISABLED,
+                         message="No Authorizer is configured.")
+        try:
+            removed = self.acls.delete(request.filters)
+        except OSError as exc:
+            log.error("cannot write the ACLs: %s", exc)
+            return Reply(request.id, error=ErrorCode.UNKNOWN_SERVER_ERROR, message=str(exc))
+        if removed:
+            self.broadcast(Acls(tuple(sorted(self.acls.acls))))
+        return Reply(request.id, acls=tuple(sorted(removed)))
 
     def _ready(self, channel: WorkerChannel, message: Ready) -> None:
         channel.ready = True

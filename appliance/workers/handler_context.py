@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 from appliance.config import BrokerConfig
 from appliance.control.interface import ControlPlane
 from appliance.control.topics import FleetNode, TopicInfo
+from appliance.security.authorizer import AuthorizerSettings
 from appliance.segments.group_commit import GroupCommitter
 from appliance.segments.readable import ReadableLog
 from klog.protocol.error_codes import ErrorCode
@@ -39,6 +40,7 @@ class HandlerContext(Protocol):
     waiters: AppendWaiters  # long-polling fetches wait here for appends
     replication: ReplicaManager  # cluster mode: roles, followers, ISR changes
     advertised_api_versions: list  # ApiVersions' answer, from the handlers this worker has
+    authorizer: AuthorizerSettings | None  # None: no authorizer, every request is allowed
 
     def now_ms(self) -> int: ...
 

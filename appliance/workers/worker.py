@@ -87,6 +87,8 @@ class Worker:
         # SASL listener: the SCRAM file of the appliance alone, re-read when it changes
         self.scram_credentials = (ScramCredentialFile(credentials_path(config.log_dirs[0]))
                                   if config.sasl is not None else None)
+        # authorizer.class.name set: ACL checks in every handler (appliance/workers/access.py)
+        self.authorizer = config.authorizer
         self._server: asyncio.base_events.Server | None = None
         self._tasks: list[asyncio.Task] = []
 

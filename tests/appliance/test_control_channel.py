@@ -10,12 +10,15 @@ from appliance.control.channel import (
     MAX_MESSAGE_BYTES,
     MESSAGE_TYPES,
     PREFIX,
+    Acls,
     AllocateProducerId,
     AlterPartition,
     Catalog,
     ControlChannelError,
+    CreateAcls,
     CreatePartitions,
     CreateTopic,
+    DeleteAcls,
     DeleteTopic,
     Fleet,
     MessageReader,
@@ -27,6 +30,14 @@ from appliance.control.channel import (
     encode,
 )
 from appliance.control.topics import FleetNode, PartitionLeadership, TopicInfo
+from appliance.security.acls import (
+    AclBinding,
+    AclFilter,
+    Operation,
+    PatternType,
+    Permission,
+    ResourceType,
+)
 from appliance.segments.config import LogConfig
 from klog.protocol.error_codes import ErrorCode
 
@@ -35,7 +46,18 @@ REPLICATED = TopicInfo(name="__consumer_offsets", owners=(2, -1), internal=True,
                        leadership=(PartitionLeadership(102, 4, (102, 201, 301), (102, 201)),
                                    PartitionLeadership(-1, 7, (201, 301), ())))
 
+WRITE_A = AclBinding(ResourceType.TOPIC, "a", PatternType.LITERAL, "User:alice", "*",
+                     Operation.WRITE, Permission.ALLOW)
+DENY_PREFIX = AclBinding(ResourceType.TOPIC, "b-", PatternType.PREFIXED, "User:*",
+                         "10.0.0.1", Operation.ALL, Permission.DENY)
+
 MESSAGES = [
+    CreateAcls((WRITE_A, DENY_PREFIX), id=7),
+    DeleteAcls((AclFilter(), AclFilter(ResourceType.TOPIC, "b-1", PatternType.MATCH,
+                                       "User:*", None, Operation.READ, Permission.ALLOW)), id=8),
+    Reply(8, acls=(WRITE_A,)),
+    Acls((WRITE_A, DENY_PREFIX)),
+    Acls(()),
     CreateTopic("orders", 3, -1, {"retention.ms": "60000"}, False, id=1),
     CreateTopic("t", -1, 3, {}, True, id=2),
     DeleteTopic("orders", id=3),

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 from appliance.workers.handlers import (
     api_versions,
+    create_acls,
     create_partitions,
     create_topics,
+    delete_acls,
     delete_groups,
     delete_topics,
+    describe_acls,
     describe_configs,
     describe_groups,
     fetch,
@@ -37,6 +40,7 @@ MODULES = (
     init_producer_id, describe_configs, find_coordinator, join_group, sync_group, heartbeat,
     leave_group, offset_commit, offset_fetch, list_groups, describe_groups, delete_groups,
     create_partitions, offset_for_leader_epoch, sasl_handshake, sasl_authenticate,
+    describe_acls, create_acls, delete_acls,
 )
 
 HANDLERS = {module.API_KEY: module.handle for module in MODULES}

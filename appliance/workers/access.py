@@ -1,0 +1,36 @@
+"""The handlers' one question to the authorizer: may this request's principal, from its host,
+do `operation` on this resource?
+
+Without `authorizer.class.name` the answer is yes at the cost of one attribute test, so the
+path of an appliance without ACLs is as before. With it, the decision is
+`appliance.security.authorizer.authorize` over the ACLs the supervisor last broadcast.
+Each handler asks where it reads its request and answers Kafka's error for what it refuses.
+"""
+
+from __future__ import annotations
+
+from appliance.security.acls import CLUSTER_NAME, Operation, ResourceType
+from appliance.security.authorizer import authorize
+
+TOPIC, GROUP, CLUSTER = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER
+
+
+def allowed(worker, request, operation: Operation, resource_type: ResourceType,
+            name: str = CLUSTER_NAME) -> bool:
+    settings = worker.authorizer
+    if settings is None:
+        return True
+    return authorize(worker.control.acls, settings, request.principal,
+                     request.client_host.lstrip("/"), operation, resource_type, name)
+
+
+def on_topic(worker, request, operation: Operation, topic: str) -> bool:
+    return allowed(worker, request, operation, TOPIC, topic)
+
+
+def on_group(worker, request, operation: Operation, group: str) -> bool:
+    return allowed(worker, request, operation, GROUP, group)
+
+
+def on_cluster(worker, request, operation: Operation) -> bool:
+    return allowed(worker, request, operation, CLUSTER, CLUSTER_NAME)
