@@ -34,3 +34,18 @@ def on_group(worker, request, operation: Operation, group: str) -> bool:
 
 def on_cluster(worker, request, operation: Operation) -> bool:
     return allowed(worker, request, operation, CLUSTER, CLUSTER_NAME)
+
+
+def may_create_topic(worker, request, topic: str) -> bool:
+    """CREATE on the cluster or on the topic (Kafka's rule for CreateTopics and for a topic
+    created by Metadata or Produce)."""
+    return (on_cluster(worker, request, Operation.CREATE)
+            or on_topic(worker, request, Operation.CREATE, topic))
+
+
+def refused_topics(worker, request, operation: Operation, names) -> frozenset[str]:
+    """The topics among `names` the request may not `operation`: none without an authorizer
+    (one test), each name decided once however many partitions it lists."""
+    if worker.authorizer is None:
+        return frozenset()
+    return frozenset(n for n in set(names) if not on_topic(worker, request, operation, n))

@@ -5,6 +5,8 @@ Manual assignments are refused (as in CreateTopics): placement is the controller
 
 from __future__ import annotations
 
+from appliance.security.acls import Operation
+from appliance.workers import access
 from appliance.workers.handler_context import HandlerContext
 from klog.protocol.apis import create_partitions
 from klog.protocol.error_codes import ErrorCode
@@ -27,6 +29,8 @@ def handle(worker: HandlerContext, request):
     for topic in body.topics:
         if topic.name in seen:
             error, message = ErrorCode.INVALID_REQUEST, f"topic {topic.name!r} is listed twice"
+        elif not access.on_topic(worker, request, Operation.ALTER, topic.name):
+            error, message = ErrorCode.TOPIC_AUTHORIZATION_FAILED, None
         else:
             error, message = _add(worker, topic, body.validate_only)
         seen.add(topic.name)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from appliance.workers import access
 from appliance.workers.handler_context import HandlerContext
 from klog.protocol.apis import create_topics
 from klog.protocol.error_codes import ErrorCode
@@ -27,7 +28,10 @@ def handle(worker: HandlerContext, request):
     body = request.body
     results = []
     for topic in body.topics:
-        error, message = _create(worker, topic, body.validate_only)
+        if access.may_create_topic(worker, request, topic.name):
+            error, message = _create(worker, topic, body.validate_only)
+        else:
+            error, message = ErrorCode.TOPIC_AUTHORIZATION_FAILED, None
         results.append(create_topics.CreatableTopicResult(
             name=topic.name, error_code=int(error), error_message=message))
     return create_topics.Response(throttle_time_ms=0, topics=results)

@@ -4,6 +4,8 @@ and a broker's main settings, so admin tools can read back what CreateTopics set
 from __future__ import annotations
 
 from appliance.control.topics import topic_log_config
+from appliance.security.acls import Operation
+from appliance.workers import access
 from appliance.workers.handler_context import HandlerContext
 from klog.protocol.apis import describe_configs
 from klog.protocol.error_codes import ErrorCode
@@ -52,7 +54,13 @@ def _broker_configs(worker, name):
 def handle(worker: HandlerContext, request):
     results = []
     for resource in request.body.resources:
-        if resource.resource_type == TOPIC:
+        if resource.resource_type == TOPIC and not access.on_topic(
+                worker, request, Operation.DESCRIBE_CONFIGS, resource.resource_name):
+            error, message, configs = ErrorCode.TOPIC_AUTHORIZATION_FAILED, None, []
+        elif resource.resource_type == BROKER and not access.on_cluster(
+                worker, request, Operation.DESCRIBE_CONFIGS):
+            error, message, configs = ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None, []
+        elif resource.resource_type == TOPIC:
             error, message, configs = _topic_configs(worker, resource.resource_name)
         elif resource.resource_type == BROKER:
             error, message, configs = _broker_configs(worker, resource.resource_name)

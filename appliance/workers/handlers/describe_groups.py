@@ -4,6 +4,8 @@ does."""
 
 from __future__ import annotations
 
+from appliance.security.acls import Operation
+from appliance.workers import access
 from appliance.workers.groups.coordinator import CoordinatorError
 from appliance.workers.groups.state import GroupState
 from appliance.workers.handler_context import HandlerContext
@@ -14,8 +16,10 @@ API_KEY = describe_groups.SPEC.key
 NO_OPERATIONS = -(2**31)
 
 
-def _describe(worker, group_id: str):
+def _describe(worker, request, group_id: str):
     try:
+        if not access.on_group(worker, request, Operation.DESCRIBE, group_id):
+            raise CoordinatorError(ErrorCode.GROUP_AUTHORIZATION_FAILED, "not authorized")
         group = worker.groups.group(group_id, create=False)
     except CoordinatorError as exc:
         return describe_groups.DescribedGroup(
@@ -39,4 +43,4 @@ def _describe(worker, group_id: str):
 
 def handle(worker: HandlerContext, request):
     return describe_groups.Response(
-        throttle_time_ms=0, groups=[_describe(worker, g) for g in request.body.groups])
+        throttle_time_ms=0, groups=[_describe(worker, request, g) for g in request.body.groups])

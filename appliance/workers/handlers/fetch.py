@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import os
 
+from appliance.security.acls import Operation
 from appliance.segments.errors import OffsetOutOfRangeError, StorageError
+from appliance.workers import access
 from appliance.workers.consumer_fencing import consumer_refusal
 from appliance.workers.handler_context import HandlerContext
 from appliance.workers.shared_state import NotPublishedError
@@ -102,8 +104,9 @@ def _small_read(piece) -> bytes | None:
     return data if len(data) == piece.length else None
 
 
-def build(worker, body):
-    """The response as it stands now, its byte count, and whether an error needs no waiting."""
+def build(worker, body, denied=frozenset()):
+    """The response as it stands now, its byte count, and whether an error needs no waiting.
+    Topics in `denied` (the authorizer's refusals) answer TOPIC_AUTHORIZATION_FAILED."""
     budget = body.max_bytes if body.max_bytes > 0 else 2**31 - 1
     total = 0
     errored = False
@@ -111,6 +114,11 @@ def build(worker, body):
     for topic in body.topics:
         partitions = []
         for part in topic.partitions:
+            if topic.topic in denied:
+                partitions.append(_partition(part.partition,
+                                             ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+                errored = True
+                continue
             data, size, error = _read(worker, topic.topic, part, budget - total, total == 0,
                                       body.replica_id)
             partitions.append(data)
@@ -122,22 +130,33 @@ def build(worker, body):
     return response, total, errored
 
 
+def _denied(worker, request, body) -> frozenset[str]:
+    """A consumer needs READ on each topic; a replica CLUSTER_ACTION on the cluster (else
+    every topic is refused, as Kafka answers)."""
+    names = [t.topic for t in body.topics]
+    if body.replica_id >= 0:
+        allowed = access.on_cluster(worker, request, Operation.CLUSTER_ACTION)
+        return frozenset() if allowed else frozenset(names)
+    return access.refused_topics(worker, request, Operation.READ, names)
+
+
 def handle(worker: HandlerContext, request):
     body = request.body
-    response, total, errored = build(worker, body)
+    denied = _denied(worker, request, body)
+    response, total, errored = build(worker, body, denied)
     if errored or total >= body.min_bytes or body.max_wait_ms <= 0 or total > 0 and (
             body.min_bytes <= 1):
         return response
-    return _long_poll(worker, body, worker.now_ms() + body.max_wait_ms)
+    return _long_poll(worker, body, worker.now_ms() + body.max_wait_ms, denied)
 
 
-async def _long_poll(worker, body, deadline_ms):
+async def _long_poll(worker, body, deadline_ms, denied):
     """Wait for appends. Each pass reads again before it registers its waiter, in the same
     step (no await between them), so an append that lands after `handle` returned, but
     before this coroutine first ran, is never missed."""
     keys = [(t.topic, p.partition) for t in body.topics for p in t.partitions]
     while True:
-        response, total, errored = build(worker, body)
+        response, total, errored = build(worker, body, denied)
         remaining_ms = deadline_ms - worker.now_ms()
         if errored or total >= max(body.min_bytes, 1) or remaining_ms <= 0:
             return response

@@ -3,6 +3,8 @@ partition of ``__consumer_offsets``, created on first use as Kafka does)."""
 
 from __future__ import annotations
 
+from appliance.security.acls import Operation
+from appliance.workers import access
 from appliance.workers.groups.coordinator import CoordinatorError
 from appliance.workers.handler_context import HandlerContext
 from klog.protocol.apis import find_coordinator
@@ -24,6 +26,8 @@ def handle(worker: HandlerContext, request):
         return _error(ErrorCode.COORDINATOR_NOT_AVAILABLE, "klog has no transactions")
     if not body.key:
         return _error(ErrorCode.INVALID_GROUP_ID, "the group id is empty")
+    if not access.on_group(worker, request, Operation.DESCRIBE, body.key):
+        return _error(ErrorCode.GROUP_AUTHORIZATION_FAILED)
     try:
         info, partition = worker.groups.coordinator_partition(body.key)
     except CoordinatorError as exc:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from appliance.security.acls import Operation
+from appliance.workers import access
 from appliance.workers.groups.coordinator import CoordinatorError
 from appliance.workers.handler_context import HandlerContext
 from klog.protocol.apis import heartbeat
@@ -12,6 +14,9 @@ API_KEY = heartbeat.SPEC.key
 
 def handle(worker: HandlerContext, request):
     body = request.body
+    if not access.on_group(worker, request, Operation.READ, body.group_id):
+        return heartbeat.Response(throttle_time_ms=0,
+                                  error_code=int(ErrorCode.GROUP_AUTHORIZATION_FAILED))
     try:
         group = worker.groups.group(body.group_id, create=False)
     except CoordinatorError as exc:

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import asyncio
 
+from appliance.security.acls import Operation
+from appliance.workers import access
 from appliance.workers.groups.coordinator import CoordinatorError
 from appliance.workers.groups.group import JoinResult
 from appliance.workers.handler_context import HandlerContext
 from klog.protocol.apis import join_group
+from klog.protocol.error_codes import ErrorCode
 
 API_KEY = join_group.SPEC.key
 KNOWN_MEMBER_ID_VERSION = 4
@@ -25,6 +28,8 @@ def _response(result: JoinResult):
 def handle(worker: HandlerContext, request):
     body = request.body
     coordinator = worker.groups
+    if not access.on_group(worker, request, Operation.READ, body.group_id):
+        return _response(JoinResult(ErrorCode.GROUP_AUTHORIZATION_FAILED, member_id=body.member_id))
     rebalance_timeout = body.rebalance_timeout_ms
     if rebalance_timeout < 0:
         rebalance_timeout = body.session_timeout_ms

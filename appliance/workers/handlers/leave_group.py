@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from appliance.security.acls import Operation
+from appliance.workers import access
 from appliance.workers.groups.coordinator import CoordinatorError
 from appliance.workers.handler_context import HandlerContext
 from klog.protocol.apis import leave_group
@@ -16,6 +18,9 @@ def handle(worker: HandlerContext, request):
     batched = request.header.api_version >= BATCH_VERSION
     leaving = ([(m.member_id, m.group_instance_id) for m in body.members] if batched
                else [(body.member_id, None)])
+    if not access.on_group(worker, request, Operation.READ, body.group_id):
+        return leave_group.Response(
+            throttle_time_ms=0, error_code=int(ErrorCode.GROUP_AUTHORIZATION_FAILED), members=[])
     try:
         group = worker.groups.group(body.group_id, create=False)
     except CoordinatorError as exc:

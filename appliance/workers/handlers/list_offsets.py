@@ -12,7 +12,9 @@ KIP-207 rule) instead of an offset below what the fleet already committed.
 
 from __future__ import annotations
 
+from appliance.security.acls import Operation
 from appliance.segments.errors import StorageError
+from appliance.workers import access
 from appliance.workers.consumer_fencing import consumer_refusal
 from appliance.workers.handler_context import HandlerContext
 from klog.protocol.apis import list_offsets
@@ -76,10 +78,14 @@ def _high_watermark_lags(log, epochs, leader_epoch: int) -> bool:
 
 def handle(worker: HandlerContext, request):
     replica_id = request.body.replica_id
+    denied = access.refused_topics(worker, request, Operation.DESCRIBE,
+                                   [t.name for t in request.body.topics])
     topics = [
         list_offsets.ListOffsetsTopicResponse(
             name=topic.name,
-            partitions=[_answer(worker, topic.name, p, replica_id) for p in topic.partitions])
+            partitions=[_refuse(p.partition_index, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                        if topic.name in denied else _answer(worker, topic.name, p, replica_id)
+                        for p in topic.partitions])
         for topic in request.body.topics
     ]
     return list_offsets.Response(throttle_time_ms=0, topics=topics)

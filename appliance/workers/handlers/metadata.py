@@ -6,6 +6,8 @@ the request (v4+: allow_auto_topic_creation; always before v4) and the broker co
 
 from __future__ import annotations
 
+from appliance.security.acls import Operation
+from appliance.workers import access
 from appliance.workers.handler_context import HandlerContext
 from klog.protocol.apis import metadata
 from klog.protocol.error_codes import ErrorCode
@@ -46,12 +48,22 @@ def handle(worker: HandlerContext, request):
     allow_create = worker.config.auto_create_topics_enable and (
         version < 4 or body.allow_auto_topic_creation)
     topics = []
-    if body.topics is None:
-        topics = [_topic(worker, info) for info in worker.control.topics()]
+    if body.topics is None:  # every topic the principal may describe
+        infos = worker.control.topics()
+        hidden = access.refused_topics(worker, request, Operation.DESCRIBE,
+                                       [i.name for i in infos])
+        topics = [_topic(worker, info) for info in infos if info.name not in hidden]
     else:
+        hidden = access.refused_topics(worker, request, Operation.DESCRIBE,
+                                       [t.name for t in body.topics])
         for requested in body.topics:
             name = requested.name
             info = worker.control.topic(name)
+            if name in hidden or info is None and allow_create and \
+                    not access.may_create_topic(worker, request, name):
+                topics.append(metadata.MetadataResponseTopic(
+                    error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=name, partitions=[]))
+                continue
             if info is None and allow_create:
                 result = worker.control.create_topic(name)
                 if result.error in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):

@@ -4,6 +4,8 @@ offsets; the answer waits until they are durable."""
 
 from __future__ import annotations
 
+from appliance.security.acls import Operation
+from appliance.workers import access
 from appliance.workers.groups.coordinator import CoordinatorError
 from appliance.workers.groups.offsets_log import Committed
 from appliance.workers.groups.state import GroupState
@@ -52,6 +54,10 @@ def handle(worker: HandlerContext, request):
     body = request.body
     coordinator = worker.groups
     keys = [(t.name, p.partition_index) for t in body.topics for p in t.partitions]
+    if not access.on_group(worker, request, Operation.READ, body.group_id):
+        return _answer(body, dict.fromkeys(keys, ErrorCode.GROUP_AUTHORIZATION_FAILED))
+    denied = access.refused_topics(worker, request, Operation.READ,
+                                   [t.name for t in body.topics])
     try:
         group = coordinator.group(body.group_id, create=False)
     except CoordinatorError as exc:
@@ -67,7 +73,8 @@ def handle(worker: HandlerContext, request):
     for topic in body.topics:
         for part in topic.partitions:
             key = (topic.name, part.partition_index)
-            errors[key] = _partition_error(worker, topic.name, part)
+            errors[key] = (ErrorCode.TOPIC_AUTHORIZATION_FAILED if topic.name in denied
+                           else _partition_error(worker, topic.name, part))
             if errors[key] is ErrorCode.NONE:
                 offsets[key] = Committed(part.committed_offset, part.committed_leader_epoch,
                                          part.committed_metadata, now_ms)

@@ -3,6 +3,8 @@ every partition the group has committed."""
 
 from __future__ import annotations
 
+from appliance.security.acls import Operation
+from appliance.workers import access
 from appliance.workers.groups.coordinator import CoordinatorError
 from appliance.workers.handler_context import HandlerContext
 from klog.protocol.apis import offset_fetch
@@ -26,6 +28,8 @@ def _partition(index, committed, error=ErrorCode.NONE):
 def handle(worker: HandlerContext, request):
     body = request.body
     try:
+        if not access.on_group(worker, request, Operation.READ, body.group_id):
+            raise CoordinatorError(ErrorCode.GROUP_AUTHORIZATION_FAILED, "not authorized")
         worker.groups.group(body.group_id, create=False)
     except CoordinatorError as exc:
         if request.header.api_version >= TOP_LEVEL_ERROR_VERSION:
@@ -41,7 +45,12 @@ def handle(worker: HandlerContext, request):
             wanted.setdefault(topic, []).append(index)
     else:
         wanted = {t.name: list(t.partition_indexes) for t in body.topics}
-    topics = [offset_fetch.OffsetFetchResponseTopic(
-        name=name, partitions=[_partition(i, committed.get((name, i))) for i in indexes])
+    # the topics the principal may not describe: left out of "all", refused when named
+    denied = access.refused_topics(worker, request, Operation.DESCRIBE, wanted)
+    if body.topics is None:
+        wanted = {name: indexes for name, indexes in wanted.items() if name not in denied}
+    topics = [offset_fetch.OffsetFetchResponseTopic(name=name, partitions=[
+        _partition(i, None, ErrorCode.TOPIC_AUTHORIZATION_FAILED) if name in denied
+        else _partition(i, committed.get((name, i))) for i in indexes])
         for name, indexes in wanted.items()]
     return offset_fetch.Response(throttle_time_ms=0, topics=topics, error_code=0)

@@ -9,7 +9,9 @@ metadata (KIP-320): older than ours is FENCED_LEADER_EPOCH, newer UNKNOWN_LEADER
 
 from __future__ import annotations
 
+from appliance.security.acls import Operation
 from appliance.segments.errors import StorageError
+from appliance.workers import access
 from appliance.workers.handler_context import HandlerContext
 from klog.protocol.apis import offset_for_leader_epoch as api
 from klog.protocol.error_codes import ErrorCode
@@ -39,9 +41,25 @@ def _answer(worker, topic: str, part) -> api.EpochEndOffset:
                               end_offset=end)
 
 
+def _denied(worker, request, body) -> frozenset[str]:
+    """A replica needs CLUSTER_ACTION on the cluster, a consumer DESCRIBE on the topic."""
+    names = [t.topic for t in body.topics]
+    if body.replica_id >= 0:
+        allowed = access.on_cluster(worker, request, Operation.CLUSTER_ACTION)
+        return frozenset() if allowed else frozenset(names)
+    return access.refused_topics(worker, request, Operation.DESCRIBE, names)
+
+
+def _refused(part) -> api.EpochEndOffset:
+    return api.EpochEndOffset(error_code=int(ErrorCode.TOPIC_AUTHORIZATION_FAILED),
+                              partition=part.partition, leader_epoch=-1, end_offset=-1)
+
+
 def handle(worker: HandlerContext, request):
+    denied = _denied(worker, request, request.body)
     return api.Response(throttle_time_ms=0, topics=[
         api.OffsetForLeaderTopicResult(
-            topic=topic.topic, partitions=[_answer(worker, topic.topic, p)
+            topic=topic.topic, partitions=[_refused(p) if topic.topic in denied
+                                           else _answer(worker, topic.topic, p)
                                            for p in topic.partitions])
         for topic in request.body.topics])

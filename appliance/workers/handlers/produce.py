@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 
+from appliance.security.acls import Operation
+from appliance.workers import access
 from appliance.workers.connection import NO_RESPONSE
 from appliance.workers.handler_context import HandlerContext
 from klog.protocol.apis import produce
@@ -54,8 +56,9 @@ def _append_one(worker, topic, partition_data, body, version, now_ms):
                                outcome.message), outcome.committed
 
 
-def _ensure_topic(worker, name) -> None:
-    if worker.control.topic(name) is None and worker.config.auto_create_topics_enable:
+def _ensure_topic(worker, request, name) -> None:
+    if worker.control.topic(name) is None and worker.config.auto_create_topics_enable and \
+            access.may_create_topic(worker, request, name):
         worker.control.create_topic(name)
 
 
@@ -70,15 +73,19 @@ def handle(worker: HandlerContext, request):
     now_ms = worker.now_ms()
     responses = []
     waiting = []  # (partition response, its acks=all future)
+    denied = access.refused_topics(worker, request, Operation.WRITE,
+                                   [t.name for t in body.topic_data])
     for topic_data in body.topic_data:
         name = topic_data.name
         if body.acks not in (0, 1, -1):
             partitions = _refused(topic_data, ErrorCode.INVALID_REQUIRED_ACKS)
+        elif name in denied:
+            partitions = _refused(topic_data, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
         elif body.transactional_id is not None:
             partitions = _refused(topic_data, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                                   "klog does not support transactions")
         else:
-            _ensure_topic(worker, name)
+            _ensure_topic(worker, request, name)
             partitions = []
             for partition_data in topic_data.partition_data:
                 response, committed = _append_one(worker, name, partition_data, body, version,

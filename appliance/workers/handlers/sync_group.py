@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+from appliance.security.acls import Operation
+from appliance.workers import access
 from appliance.workers.groups.coordinator import CoordinatorError
 from appliance.workers.groups.group import SyncResult
 from appliance.workers.handler_context import HandlerContext
@@ -20,6 +22,8 @@ def _response(result: SyncResult):
 
 def handle(worker: HandlerContext, request):
     body = request.body
+    if not access.on_group(worker, request, Operation.READ, body.group_id):
+        return _response(SyncResult(ErrorCode.GROUP_AUTHORIZATION_FAILED))
     try:
         group = worker.groups.group(body.group_id, create=False)
     except CoordinatorError as exc:
