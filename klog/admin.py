@@ -96,6 +96,12 @@ class Admin:
             conn.close()
         self._nodes.clear()
 
+    def request(self, api, **fields):
+        """One request of `api` (a module of klog.protocol.apis) to the bootstrap broker, at
+        the highest version both speak; the response body as it came (errors inside it are
+        the caller's to read). For the calls this class has no method for (the ACL APIs)."""
+        return self._conn.call(api, **fields)
+
     def _metadata(self, topics: list[str] | None):
         wanted = None if topics is None else [metadata.MetadataRequestTopic(name=t)
                                                for t in topics]

@@ -20,6 +20,7 @@ COMMANDS = {
     "consume": ("consume", "print a topic's messages (kcat-style --format)"),
     "groups": ("groups", "list, describe, reset offsets of and delete consumer groups"),
     "users": ("users", "add, remove and list the SCRAM users of an appliance alone"),
+    "acls": ("acls", "add, remove and list ACLs, as Kafka's kafka-acls.sh"),
     "cluster": ("cluster", "the fleet of appliances, as ZooKeeper holds it (cluster mode)"),
     "demo-cluster": ("demo_cluster", "start ZooKeeper and three appliances; show the fleet"),
     "load-hourly": ("load_hourly", "load hours of a topic into the Parquet warehouse (Spark)"),
