@@ -20,6 +20,7 @@ from confluent_kafka.admin import (
     AclOperation,
     AclPermissionType,
     AdminClient,
+    ConfigResource,
     NewTopic,
     ResourcePatternType,
     ResourceType,
@@ -33,15 +34,23 @@ from kafka.admin import (
     ACLPermissionType,
     ACLResourcePatternType,
     KafkaAdminClient,
+    NewPartitions,
     ResourcePattern,
     ResourcePatternFilter,
 )
 from kafka.admin import ResourceType as PyResourceType
 
 import klog as klog_client
-from klog.protocol.apis import list_offsets
+from klog.protocol.apis import fetch, init_producer_id, list_offsets
 from tests.conftest import REPO
-from tests.security.helpers import PLAIN_USERS, confluent_conf, python_conf, sasl_appliance
+from tests.security.helpers import (
+    PLAIN_USERS,
+    SCRAM_PASSWORD,
+    SCRAM_USER,
+    confluent_conf,
+    python_conf,
+    sasl_appliance,
+)
 
 pytestmark = pytest.mark.interop
 ALICE, ALICE_PASSWORD = "alice", "alice's scram password"
@@ -318,3 +327,57 @@ def test_alice_reads_her_partitions_offsets_but_not_bs(appliance):
             list_offsets.ListOffsetsTopic(name="b", partitions=[
                 list_offsets.ListOffsetsPartition(partition_index=0, timestamp=-1)])])
     assert answer.topics[0].partitions[0].error_code == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+
+NOBODY = ("SCRAM-SHA-512", SCRAM_USER, SCRAM_PASSWORD)  # a user with no ACL at all
+
+
+def klog_admin(appliance, who):
+    mechanism, user, password = who
+    return klog_client.Admin(appliance.bootstrap, security_protocol="SASL_PLAINTEXT",
+                             sasl_mechanism=mechanism, sasl_plain_username=user,
+                             sasl_plain_password=password)
+
+
+def test_an_idempotent_producer_needs_write_on_some_topic(appliance):
+    # alice may write a: InitProducerId is granted; nobody may write anything: refused
+    producer = Producer({**conf(appliance, AS_ALICE), "enable.idempotence": True})
+    errors = []
+    producer.produce("a", b"idempotent", on_delivery=lambda err, msg: err and errors.append(err))
+    assert producer.flush(20) == 0 and errors == []
+    with klog_admin(appliance, NOBODY) as admin:
+        answer = admin.request(init_producer_id, transactional_id=None,
+                               transaction_timeout_ms=60_000)
+    assert answer.error_code == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+
+
+def test_alice_may_not_alter_describe_configs_or_manage_groups(appliance):
+    admin = KafkaAdminClient(**py_conf(appliance, AS_ALICE))
+    with pytest.raises(kafka_errors.TopicAuthorizationFailedError):
+        admin.create_partitions({"a": NewPartitions(4)})
+    admin.close()
+    confluent = AdminClient(conf(appliance, AS_ALICE))
+    topic_a = ConfigResource(ConfigResource.Type.TOPIC, "a")
+    with pytest.raises(KafkaException) as configs:
+        confluent.describe_configs([topic_a])[topic_a].result(timeout=30)
+    assert configs.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    groups = {g.group_id for g in confluent.list_consumer_groups().result(timeout=30).valid}
+    assert "g" in groups and "h" not in groups  # h: the super user's group
+    with pytest.raises(KafkaException) as described:
+        confluent.describe_consumer_groups(["h"])["h"].result(timeout=30)
+    assert described.value.args[0].code() == KafkaError.GROUP_AUTHORIZATION_FAILED
+    with pytest.raises(KafkaException) as deleted:
+        confluent.delete_consumer_groups(["g"])["g"].result(timeout=30)
+    assert deleted.value.args[0].code() == KafkaError.GROUP_AUTHORIZATION_FAILED
+
+
+def test_a_replica_fetch_needs_cluster_action(appliance):
+    fetch_a = [fetch.FetchTopic(topic="a", partitions=[fetch.FetchPartition(
+        partition=0, fetch_offset=0, partition_max_bytes=1 << 20)])]
+    with klog_admin(appliance, AS_ALICE) as admin:
+        answer = admin.request(fetch, replica_id=1, max_wait_ms=0, min_bytes=1,
+                               topics=fetch_a, forgotten_topics_data=[])
+        as_consumer = admin.request(fetch, replica_id=-1, max_wait_ms=0, min_bytes=1,
+                                    topics=fetch_a, forgotten_topics_data=[])
+    assert answer.responses[0].partitions[0].error_code == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert as_consumer.responses[0].partitions[0].error_code == 0
