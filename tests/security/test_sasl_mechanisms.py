@@ -103,6 +103,33 @@ def test_bad_client_final_messages_fail(final):
         server.respond(final)
 
 
+def test_librdkafkas_repeated_client_nonce_is_accepted_and_nothing_else():
+    """librdkafka before 2.6.1 (kcat's 2.0.2) answers r=<client nonce><server's r>; Kafka
+    3.8.1 accepts it, and so does klog. The proof still covers the message as sent."""
+    import hashlib
+    import hmac
+
+    def final_with(nonce: bytes) -> bytes:
+        without_proof = b"c=biws,r=" + nonce
+        auth = b",".join((CLIENT_FIRST[3:], SERVER_FIRST, without_proof))
+        salted = hashlib.pbkdf2_hmac("sha256", b"pencil", SALT, 4096)
+        client_key = hmac.digest(salted, b"Client Key", "sha256")
+        signature = hmac.digest(hashlib.sha256(client_key).digest(), auth, "sha256")
+        proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
+        return without_proof + b",p=" + base64.b64encode(proof)
+
+    combined = SERVER_FIRST[2:SERVER_FIRST.index(b",")]
+    server = rfc_server()
+    server.respond(CLIENT_FIRST)
+    server.respond(final_with(CLIENT_NONCE.encode() + combined))
+    assert server.complete
+    for other in (b"x" + combined, combined + CLIENT_NONCE.encode(), CLIENT_NONCE.encode()):
+        server = rfc_server()
+        server.respond(CLIENT_FIRST)
+        with pytest.raises(SaslFailure, match="nonce differs"):
+            server.respond(final_with(other))
+
+
 def test_a_third_scram_message_fails():
     server = rfc_server()
     server.respond(CLIENT_FIRST)

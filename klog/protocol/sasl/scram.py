@@ -88,6 +88,7 @@ class ScramServer:
         self._step = 0
         self._credential: ScramCredential | None = None
         self._gs2_header = self._client_first_bare = self._server_first = self._nonce = ""
+        self._client_nonce = ""
         self.complete = False
         self.username: str | None = None
 
@@ -130,6 +131,7 @@ class ScramServer:
         self._credential, self.username = credential, username
         self._gs2_header = f"{flag},{authzid},"
         self._client_first_bare = bare
+        self._client_nonce = client_nonce
         self._nonce = client_nonce + self._server_nonce
         salt = base64.b64encode(credential.salt).decode()
         self._server_first = f"r={self._nonce},s={salt},i={credential.iterations}"
@@ -144,7 +146,9 @@ class ScramServer:
             raise SaslFailure("Invalid SCRAM message: expected c=...,r=...,p=...")
         if _b64(attributes[0][1]) != self._gs2_header.encode():
             raise SaslFailure("Invalid SCRAM message: channel binding differs")
-        if attributes[1][1] != self._nonce:
+        if attributes[1][1] not in (self._nonce, self._client_nonce + self._nonce):
+            # the second form is librdkafka's before 2.6.1 (kcat 1.7 / librdkafka 2.0.2 among
+            # them), which prepends its own nonce again; Kafka 3.8.1 accepts it too
             raise SaslFailure("Invalid SCRAM message: nonce differs")
         credential = self._credential
         assert credential is not None
