@@ -75,6 +75,7 @@ class Request:
     spec: ApiSpec | None
     detail: str | None = None  # why decoding failed, for the log
     client_host: str = ""  # the peer's address, set by the server's I/O layer (DescribeGroups)
+    principal: str = "User:ANONYMOUS"  # who the connection authenticated as (Kafka's form)
 
     @property
     def api_key(self) -> int:
