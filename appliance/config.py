@@ -381,7 +381,7 @@ def _with_protocols(config: BrokerConfig, source: str) -> BrokerConfig:
             raise ConfigError(f"{source}: bad value for {key!r}: {exc}") from None
         if (field_name == "listeners"
                 and listener.security_protocol in TLS_SECURITY_PROTOCOLS):
-            problem = check_tls_listener(config, str(listener))
+            problem = check_tls_listener(config, f"{key}={listener}")
             if problem is not None:
                 raise ConfigError(f"{source}: {problem}")
         if listener.security_protocol not in SERVED_PROTOCOLS:

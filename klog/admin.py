@@ -36,6 +36,7 @@ from klog.protocol.apis import (
     offset_fetch,
 )
 from klog.protocol.error_codes import ErrorCode
+from klog.tls import client_ssl_context
 from klog.types import TopicPartition
 from klog.wire import BrokerConnection, connect_any
 
@@ -69,12 +70,16 @@ class Admin:
     """Administrative calls against one klog appliance (or any Kafka broker)."""
 
     def __init__(self, bootstrap_servers: str, *, client_id: str = "klog-admin",
-                 request_timeout_ms: int = 30_000):
+                 request_timeout_ms: int = 30_000, **tls_options):
+        """``tls_options``: klog.tls's (kafka-python's) ``security_protocol``, ``ssl_cafile``,
+        ``ssl_certfile``, ``ssl_keyfile``, ``ssl_password``, ``ssl_check_hostname``."""
         self.bootstrap_servers = bootstrap_servers
         self._timeout_ms = request_timeout_ms
         self._client_id = client_id
+        self._ssl_context = client_ssl_context(**tls_options)
         self._conn = connect_any(bootstrap_servers, client_id=client_id,
-                                 timeout_s=request_timeout_ms / 1000)
+                                 timeout_s=request_timeout_ms / 1000,
+                                 ssl_context=self._ssl_context)
         self._nodes: dict[int, BrokerConnection] = {}
 
     def __enter__(self) -> Admin:
@@ -159,7 +164,8 @@ class Admin:
             if conn is not None:
                 conn.close()
             conn = self._nodes[node_id] = BrokerConnection(
-                host, port, client_id=self._client_id, timeout_s=self._timeout_ms / 1000)
+                host, port, client_id=self._client_id, timeout_s=self._timeout_ms / 1000,
+                ssl_context=self._ssl_context)
         return conn
 
     def list_offsets(self, topic: str, timestamp: int = LATEST) -> dict[int, int]:

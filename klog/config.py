@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 __all__ = ["ConsumerConfig", "ProducerConfig", "build", "parse_bootstrap"]
@@ -59,6 +59,13 @@ class _Common:
     request_timeout_ms: int = 30_000
     retry_backoff_ms: int = 100
     metadata_max_age_ms: int = 300_000
+    # TLS (klog.tls), kafka-python's names
+    security_protocol: str = "PLAINTEXT"  # or "SSL"
+    ssl_cafile: str | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+    ssl_password: str | None = field(default=None, repr=False)
+    ssl_check_hostname: bool = True
 
     def _validate_common(self) -> None:
         _check(isinstance(self.bootstrap_servers, str) and self.bootstrap_servers != "",
@@ -70,6 +77,16 @@ class _Common:
         _check(isinstance(self.client_id, str), "client_id", self.client_id, "a string")
         for name in ("request_timeout_ms", "retry_backoff_ms", "metadata_max_age_ms"):
             _int_at_least(self, name, 1 if name == "request_timeout_ms" else 0)
+        self._validate_tls()
+
+    def _validate_tls(self) -> None:
+        _check(self.security_protocol in ("PLAINTEXT", "SSL"), "security_protocol",
+               self.security_protocol, "'PLAINTEXT' or 'SSL'")
+        for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_password"):
+            value = getattr(self, name)
+            _check(value is None or isinstance(value, str), name, value, "a string or None")
+        _check(isinstance(self.ssl_check_hostname, bool), "ssl_check_hostname",
+               self.ssl_check_hostname, "True or False")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -248,4 +265,7 @@ def build(cls: Any, owner: str, options: dict[str, Any]) -> Any:
     servers = options["bootstrap_servers"]
     if isinstance(servers, (list, tuple)):
         options["bootstrap_servers"] = ",".join(str(s) for s in servers)
-    return cls(**cls.normalize(dict(options)))
+    options = dict(options)
+    if isinstance(options.get("security_protocol"), str):
+        options["security_protocol"] = options["security_protocol"].upper()
+    return cls(**cls.normalize(options))

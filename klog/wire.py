@@ -17,6 +17,7 @@ import contextlib
 import logging
 import selectors
 import socket
+import ssl
 import time
 from collections import deque
 from collections.abc import Callable
@@ -41,10 +42,12 @@ class BrokerConnection:
     broker cannot be reached or the connection breaks (it is closed then)."""
 
     def __init__(self, host: str, port: int, *, client_id: str = "klog",
-                 timeout_s: float = 30.0):
+                 timeout_s: float = 30.0, ssl_context: ssl.SSLContext | None = None):
         self.address = f"{host}:{port}"
         try:
             self.sock = socket.create_connection((host, port), timeout=timeout_s)
+            if ssl_context is not None:
+                self.sock = _handshake(self.sock, ssl_context, host)
         except OSError as exc:
             log.warning("cannot connect to %s: %s", self.address, exc)
             raise BrokerUnavailableError(f"cannot connect to {self.address}: {exc}") from None
@@ -93,6 +96,10 @@ class BrokerConnection:
         """Receive once (blocking up to the socket timeout) and return the whole responses."""
         try:
             chunk = self.sock.recv(RECV_BYTES)
+            # TLS: recv returns one record; decrypted bytes left inside the SSL object would
+            # not wake the selector, so take them now
+            while chunk and isinstance(self.sock, ssl.SSLSocket) and self.sock.pending():
+                chunk += self.sock.recv(self.sock.pending())
         except OSError as exc:
             self.close()
             raise BrokerUnavailableError(f"{self.address}: {exc}") from None
@@ -116,6 +123,16 @@ class BrokerConnection:
         self.closed = True
         with contextlib.suppress(OSError):
             self.sock.close()
+
+
+def _handshake(sock: socket.socket, context: ssl.SSLContext, host: str) -> ssl.SSLSocket:
+    """TLS over a connected socket, verifying the broker's certificate (and its name when
+    the context checks hostnames); closes the socket if the handshake fails."""
+    try:
+        return context.wrap_socket(sock, server_hostname=host)
+    except OSError:
+        sock.close()
+        raise
 
 
 def connect_any(servers: str, **kwargs) -> BrokerConnection:
@@ -143,8 +160,10 @@ class Network:
     thread at a time; :meth:`wakeup` is the only method other threads may call."""
 
     def __init__(self, bootstrap_servers: str, *, client_id: str, request_timeout_ms: int,
-                 address_of: Callable[[int], tuple[str, int] | None]):
+                 address_of: Callable[[int], tuple[str, int] | None],
+                 ssl_context: ssl.SSLContext | None = None):
         self._bootstrap = bootstrap_servers
+        self.ssl_context = ssl_context
         self._client_id = client_id
         self._timeout_s = request_timeout_ms / 1000
         self._closing = False
@@ -171,13 +190,13 @@ class Network:
                          if not c.closed and ch == ""), None)
             if conn is None:
                 conn = connect_any(self._bootstrap, client_id=self._client_id,
-                                   timeout_s=self._timeout_s)
+                                   timeout_s=self._timeout_s, ssl_context=self.ssl_context)
         else:
             address = self._address_of(node)
             if address is None:
                 raise BrokerUnavailableError(f"node {node} is not in the metadata")
             conn = BrokerConnection(*address, client_id=self._client_id,
-                                    timeout_s=self._timeout_s)
+                                    timeout_s=self._timeout_s, ssl_context=self.ssl_context)
         self._connections[(node, channel)] = conn
         if conn not in self._pending:
             self._pending[conn] = deque()

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+import ssl
 import time
 from collections import deque
 from collections.abc import Callable
@@ -41,12 +42,13 @@ class AIOBrokerConnection:
         self.closed = False
 
     @classmethod
-    async def open(cls, host: str, port: int, *, client_id: str,
-                   timeout_s: float) -> AIOBrokerConnection:
+    async def open(cls, host: str, port: int, *, client_id: str, timeout_s: float,
+                   ssl_context: ssl.SSLContext | None = None) -> AIOBrokerConnection:
         address = f"{host}:{port}"
+        tls = {} if ssl_context is None else {"ssl": ssl_context, "server_hostname": host}
         try:
             reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(host, port, limit=RECV_BYTES), timeout_s)
+                asyncio.open_connection(host, port, limit=RECV_BYTES, **tls), timeout_s)
         except (TimeoutError, OSError) as exc:
             log.warning("cannot connect to %s: %r", address, exc)
             raise BrokerUnavailableError(f"cannot connect to {address}: {exc!r}") from None
@@ -106,8 +108,10 @@ class AIONetwork:
     """The connections of one asyncio client, keyed by node id (None: any broker)."""
 
     def __init__(self, bootstrap_servers: str, *, client_id: str, request_timeout_ms: int,
-                 address_of: Callable[[int], tuple[str, int] | None]):
+                 address_of: Callable[[int], tuple[str, int] | None],
+                 ssl_context: ssl.SSLContext | None = None):
         self._bootstrap = parse_bootstrap(bootstrap_servers)
+        self._ssl_context = ssl_context
         self._client_id = client_id
         self._timeout_s = request_timeout_ms / 1000
         self._closing = False
@@ -135,7 +139,8 @@ class AIONetwork:
             if address is None:
                 raise BrokerUnavailableError(f"node {node} is not in the metadata")
             conn = await AIOBrokerConnection.open(*address, client_id=self._client_id,
-                                                  timeout_s=self._timeout_s)
+                                                  timeout_s=self._timeout_s,
+                                                  ssl_context=self._ssl_context)
         self._connections[(node, channel)] = conn
         if conn not in self._pending:
             self._pending[conn] = deque()
@@ -147,7 +152,8 @@ class AIONetwork:
         for host, port in self._bootstrap:
             try:
                 return await AIOBrokerConnection.open(host, port, client_id=self._client_id,
-                                                      timeout_s=self._timeout_s)
+                                                      timeout_s=self._timeout_s,
+                                                      ssl_context=self._ssl_context)
             except BrokerUnavailableError as exc:
                 errors.append(str(exc))
         raise BrokerUnavailableError("; ".join(errors))

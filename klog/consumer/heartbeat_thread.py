@@ -39,8 +39,9 @@ def _now_ms() -> int:
 
 class HeartbeatThread:
     def __init__(self, *, client_id: str, heartbeat_interval_ms: int, max_poll_interval_ms: int,
-                 request_timeout_ms: int):
+                 request_timeout_ms: int, ssl_context=None):
         self._client_id = client_id
+        self._ssl_context = ssl_context  # the consumer's: TLS to the coordinator too
         self._interval_ms = heartbeat_interval_ms
         self._max_poll_ms = max_poll_interval_ms
         self._timeout_s = request_timeout_ms / 1000
@@ -115,7 +116,8 @@ class HeartbeatThread:
                     f"{address[0]}:{address[1]}"):
                 self._disconnect()
                 self._conn = BrokerConnection(*address, client_id=self._client_id,
-                                              timeout_s=self._timeout_s)
+                                              timeout_s=self._timeout_s,
+                                              ssl_context=self._ssl_context)
             return self._conn.call(module, **fields)
         except KlogError:
             self._disconnect()  # the consumer's own requests will find out what is wrong
