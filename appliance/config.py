@@ -18,6 +18,7 @@ from pathlib import Path
 from appliance.properties import parse_override, parse_properties
 from appliance.segments.config import LogConfig
 from appliance.tls.settings import (
+    SSL_IGNORED,
     SSL_KEYS,
     TLS_SECURITY_PROTOCOLS,
     apply_listener_overrides,
@@ -321,7 +322,7 @@ IGNORED = frozenset({
     "transaction.state.log.min.isr", "log.cleaner.enable",
     "delete.topic.enable", "log.cleanup.policy",
     "inter.broker.listener.name",
-})
+}) | SSL_IGNORED
 
 
 def build_config(settings: dict[str, str], *, source: str = "configuration") -> BrokerConfig:

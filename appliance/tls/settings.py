@@ -77,6 +77,11 @@ def _cipher_suites(text: str) -> tuple[str, ...]:
     return tuple(n.strip() for n in text.split(",") if n.strip())
 
 
+def _store_password(text: str) -> str:
+    raise ValueError("a PEM store has no store password (Kafka refuses it too); an encrypted "
+                     "private key's password is ssl.key.password")
+
+
 # Kafka key -> (BrokerConfig field, parser); merged into appliance.config.KEYS
 SSL_KEYS: dict[str, tuple[str, object]] = {
     "ssl.keystore.type": ("ssl_keystore_type", _store_type()),
@@ -91,7 +96,18 @@ SSL_KEYS: dict[str, tuple[str, object]] = {
     "ssl.enabled.protocols": ("ssl_enabled_protocols", _protocols),
     "ssl.protocol": ("ssl_protocol", _protocol),
     "ssl.cipher.suites": ("ssl_cipher_suites", _cipher_suites),
+    "ssl.keystore.password": ("", _store_password),
+    "ssl.truststore.password": ("", _store_password),
 }
+
+# Kafka's JVM-specific TLS keys: accepted (listed as ignored) so a Kafka file loads.
+# ssl.endpoint.identification.algorithm is the broker's own client setting (inter-broker
+# TLS, a later slice).
+SSL_IGNORED = frozenset({
+    "ssl.keymanager.algorithm", "ssl.trustmanager.algorithm",
+    "ssl.secure.random.implementation", "ssl.endpoint.identification.algorithm",
+    "ssl.provider", "ssl.engine.factory.class",
+})
 
 PER_LISTENER_PREFIX = "listener.name."
 

@@ -53,6 +53,17 @@ def test_protocols_older_than_tls12_are_refused(certs, old):
         build_config(ssl_settings(certs, **{"ssl.enabled.protocols": f"TLSv1.2,{old}"}))
 
 
+@pytest.mark.parametrize("key", ["ssl.keystore.password", "ssl.truststore.password"])
+def test_store_passwords_are_refused_for_pem_naming_the_key(certs, key):
+    with pytest.raises(ConfigError, match=f"{key}.*ssl.key.password"):
+        build_config(ssl_settings(certs, **{key: "secret"}))
+
+
+def test_jvm_tls_keys_are_ignored(certs):
+    config = build_config(ssl_settings(certs, **{"ssl.keymanager.algorithm": "SunX509"}))
+    assert config.ignored_keys == ("ssl.keymanager.algorithm",)
+
+
 def test_client_auth_values_and_the_truststore_it_needs(certs):
     with pytest.raises(ConfigError, match="ssl.client.auth"):
         build_config(ssl_settings(certs, **{"ssl.client.auth": "sometimes"}))
