@@ -8,6 +8,7 @@ import ssl
 
 import pytest
 
+from klog.protocol.apis import api_versions
 from tests.polling import wait_until
 from tests.security_tls.certs import make_certs
 from tests.security_tls.helpers import TlsRawClient, client_context, tls_appliance
@@ -61,11 +62,7 @@ def test_confluent_kafka_with_a_client_certificate(appliance, certs):
 def test_a_client_without_a_certificate_is_refused_and_others_are_served(appliance, certs):
     with pytest.raises((ssl.SSLError, ConnectionError, OSError)):
         client = TlsRawClient(appliance.port, client_context(certs))
-        from klog.protocol.apis import api_versions
-
         client.call(api_versions, 0)  # TLS 1.3: the refusal arrives after the handshake
     client = TlsRawClient(appliance.port, client_context(certs, with_cert=True))
-    from klog.protocol.apis import api_versions
-
     assert client.call(api_versions, 0).error_code == 0
     client.close()
