@@ -91,8 +91,7 @@ class _Common:
         self._validate_tls()
 
     def _validate_tls(self) -> None:
-        _check(self.security_protocol in ("PLAINTEXT", "SSL"), "security_protocol",
-               self.security_protocol, "'PLAINTEXT' or 'SSL'")
+        # security_protocol itself: ClientSecurity's check (PLAINTEXT, SSL, SASL_PLAINTEXT)
         for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_password"):
             value = getattr(self, name)
             _check(value is None or isinstance(value, str), name, value, "a string or None")
