@@ -370,7 +370,10 @@ def build_config(settings: dict[str, str], *, source: str = "configuration") -> 
     """Turn Kafka-keyed strings into a `BrokerConfig`, or raise `ConfigError` naming the key."""
     broker: dict[str, object] = {}
     log: dict[str, object] = {}
+    given = settings
     settings, ignored = apply_listener_overrides(settings, _served_listener_name(settings))
+    # listener.name.<served>.ssl.* keys: folded into ssl.*, but read only by a TLS listener
+    folded = [key for key in given if key not in settings and key not in ignored]
     sasl_keys = {key: settings[key] for key in settings
                  if key.startswith(LISTENER_PREFIX) or key == "sasl.enabled.mechanisms"}
     for key in sorted(settings, key=lambda k: PRECEDENCE.get(k, 0)):
@@ -397,6 +400,8 @@ def build_config(settings: dict[str, str], *, source: str = "configuration") -> 
         raise ConfigError(f"{source}: {exc}") from None
     config = _with_protocols(BrokerConfig(**broker, log_defaults=log_defaults,
                                           ignored_keys=tuple(ignored)), source)
+    if folded and config.listeners.security_protocol not in TLS_SECURITY_PROTOCOLS:
+        config = dataclasses.replace(config, ignored_keys=config.ignored_keys + tuple(folded))
     config = _with_sasl(config, sasl_keys, source)
     if config.authorizer_class_name and config.zookeeper_connect:
         raise ConfigError(f"{source}: 'authorizer.class.name' is served for an appliance alone "
