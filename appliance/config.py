@@ -47,7 +47,7 @@ class ConfigError(ValueError):
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 # Kafka's default listener.security.protocol.map: each protocol is also a listener name
 DEFAULT_PROTOCOL_MAP = {name: name for name in SECURITY_PROTOCOLS}
-SERVED_PROTOCOLS = frozenset({"PLAINTEXT", "SSL", "SASL_PLAINTEXT"})  # SASL_SSL: issue 22
+SERVED_PROTOCOLS = frozenset(SECURITY_PROTOCOLS)  # SASL_SSL: TLS, then SASL on it
 SASL_PROTOCOLS = frozenset({"SASL_PLAINTEXT", "SASL_SSL"})
 
 

@@ -14,8 +14,9 @@ from typing import Any
 
 __all__ = ["SECURITY_PROTOCOLS", "client_ssl_context", "ssl_context_of"]
 
-# SASL_PLAINTEXT is klog/security.py's (no TLS); SASL_SSL is not served yet
-SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT")
+# SASL_PLAINTEXT and SASL_SSL: klog/security.py's SASL, the latter on this TLS
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+TLS_PROTOCOLS = ("SSL", "SASL_SSL")
 
 
 def client_ssl_context(*, security_protocol: str = "PLAINTEXT", ssl_cafile: str | None = None,
@@ -28,7 +29,7 @@ def client_ssl_context(*, security_protocol: str = "PLAINTEXT", ssl_cafile: str 
     if protocol not in SECURITY_PROTOCOLS:
         raise ValueError(f"security_protocol={security_protocol!r}: expected one of "
                          f"{', '.join(SECURITY_PROTOCOLS)}")
-    if protocol != "SSL":
+    if protocol not in TLS_PROTOCOLS:
         return None
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
