@@ -62,7 +62,7 @@ class _Common:
     retry_backoff_ms: int = 100
     metadata_max_age_ms: int = 300_000
     # authentication and TLS (klog/security.py, klog/tls.py), kafka-python's names
-    security_protocol: str = "PLAINTEXT"  # SSL, SASL_PLAINTEXT
+    security_protocol: str = "PLAINTEXT"  # SSL, SASL_PLAINTEXT, SASL_SSL
     sasl_mechanism: str | None = None
     sasl_plain_username: str | None = None
     sasl_plain_password: str | None = field(default=None, repr=False)
@@ -91,7 +91,7 @@ class _Common:
         self._validate_tls()
 
     def _validate_tls(self) -> None:
-        # security_protocol itself: ClientSecurity's check (PLAINTEXT, SSL, SASL_PLAINTEXT)
+        # security_protocol itself: ClientSecurity's check (klog/security.py)
         for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_password"):
             value = getattr(self, name)
             _check(value is None or isinstance(value, str), name, value, "a string or None")

@@ -1,10 +1,10 @@
 """TLS for klog's clients: kafka-python's option names, a verifying SSLContext.
 
-``security_protocol="SSL"`` with ``ssl_cafile`` (the CA that signed the brokers' certificates;
-the system's CAs without it) verifies each broker's certificate and, unless
-``ssl_check_hostname=False``, that it names the host dialled. ``ssl_certfile`` /
-``ssl_keyfile`` / ``ssl_password`` present a client certificate (a broker with
-``ssl.client.auth=required`` takes its subject as the principal). TLS 1.2 and 1.3 only.
+``security_protocol="SSL"`` (or ``"SASL_SSL"``, SASL on it) with ``ssl_cafile`` (the CA that
+signed the brokers' certificates; the system's CAs without it) verifies each broker's
+certificate and, unless ``ssl_check_hostname=False``, that it names the host dialled.
+``ssl_certfile`` / ``ssl_keyfile`` / ``ssl_password`` present a client certificate (a broker
+with ``ssl.client.auth=required`` takes its subject as the principal). TLS 1.2 and 1.3 only.
 """
 
 from __future__ import annotations
