@@ -29,6 +29,13 @@ from appliance.security.authorizer import (
     parse_super_users,
 )
 from appliance.segments.config import LogConfig
+from appliance.tls.settings import (
+    SSL_IGNORED,
+    SSL_KEYS,
+    TLS_SECURITY_PROTOCOLS,
+    apply_listener_overrides,
+    check_tls_listener,
+)
 
 DEFAULT_PORT = 9092
 
@@ -40,7 +47,7 @@ class ConfigError(ValueError):
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 # Kafka's default listener.security.protocol.map: each protocol is also a listener name
 DEFAULT_PROTOCOL_MAP = {name: name for name in SECURITY_PROTOCOLS}
-SERVED_PROTOCOLS = frozenset({"PLAINTEXT", "SASL_PLAINTEXT"})  # the others: issue 22
+SERVED_PROTOCOLS = frozenset(SECURITY_PROTOCOLS)  # SASL_SSL: TLS, then SASL on it
 SASL_PROTOCOLS = frozenset({"SASL_PLAINTEXT", "SASL_SSL"})
 
 
@@ -157,6 +164,19 @@ class BrokerConfig:
     authorizer_class_name: str = ""
     super_users: frozenset[str] = frozenset()
     allow_everyone_if_no_acl_found: bool = False
+    # TLS on an SSL listener (appliance/tls): Kafka's ssl.* keys, PEM stores only
+    ssl_keystore_type: str = "PEM"
+    ssl_keystore_location: Path | None = None
+    ssl_keystore_key: str | None = None
+    ssl_keystore_certificate_chain: str | None = None
+    ssl_key_password: str | None = field(default=None, repr=False)
+    ssl_truststore_type: str = "PEM"
+    ssl_truststore_location: Path | None = None
+    ssl_truststore_certificates: str | None = None
+    ssl_client_auth: str = "none"
+    ssl_enabled_protocols: tuple[str, ...] = ("TLSv1.2", "TLSv1.3")
+    ssl_protocol: str = "TLSv1.3"
+    ssl_cipher_suites: tuple[str, ...] = ()
     log_defaults: LogConfig = field(default_factory=LogConfig)
     ignored_keys: tuple[str, ...] = ()
 
@@ -327,6 +347,8 @@ KEYS: dict[str, tuple[str, object]] = {
                                                _percentage),
 }
 
+KEYS.update(SSL_KEYS)
+
 # Kafka lets the finer unit win: log.retention.ms over .minutes over .hours, roll.ms over .hours.
 PRECEDENCE = {
     "log.retention.hours": 0, "log.retention.minutes": 1, "log.retention.ms": 2,
@@ -341,14 +363,17 @@ IGNORED = frozenset({
     "transaction.state.log.min.isr", "log.cleaner.enable",
     "delete.topic.enable", "log.cleanup.policy",
     "inter.broker.listener.name",
-})
+}) | SSL_IGNORED
 
 
 def build_config(settings: dict[str, str], *, source: str = "configuration") -> BrokerConfig:
     """Turn Kafka-keyed strings into a `BrokerConfig`, or raise `ConfigError` naming the key."""
     broker: dict[str, object] = {}
     log: dict[str, object] = {}
-    ignored = []
+    given = settings
+    settings, ignored = apply_listener_overrides(settings, _served_listener_name(settings))
+    # listener.name.<served>.ssl.* keys: folded into ssl.*, but read only by a TLS listener
+    folded = [key for key in given if key not in settings and key not in ignored]
     sasl_keys = {key: settings[key] for key in settings
                  if key.startswith(LISTENER_PREFIX) or key == "sasl.enabled.mechanisms"}
     for key in sorted(settings, key=lambda k: PRECEDENCE.get(k, 0)):
@@ -375,6 +400,8 @@ def build_config(settings: dict[str, str], *, source: str = "configuration") -> 
         raise ConfigError(f"{source}: {exc}") from None
     config = _with_protocols(BrokerConfig(**broker, log_defaults=log_defaults,
                                           ignored_keys=tuple(ignored)), source)
+    if folded and config.listeners.security_protocol not in TLS_SECURITY_PROTOCOLS:
+        config = dataclasses.replace(config, ignored_keys=config.ignored_keys + tuple(folded))
     config = _with_sasl(config, sasl_keys, source)
     if config.authorizer_class_name and config.zookeeper_connect:
         raise ConfigError(f"{source}: 'authorizer.class.name' is served for an appliance alone "
@@ -384,6 +411,15 @@ def build_config(settings: dict[str, str], *, source: str = "configuration") -> 
                           f"({config.group_min_session_timeout_ms}) is above "
                           f"group.max.session.timeout.ms ({config.group_max_session_timeout_ms})")
     return config
+
+
+def _served_listener_name(settings: dict[str, str]) -> str | None:
+    """The name of the listener this appliance serves, for its listener.name.* keys (None if
+    `listeners` does not parse: its own error comes later)."""
+    try:
+        return _first_listener(settings.get("listeners", "PLAINTEXT://:0")).name
+    except ValueError:
+        return None
 
 
 def _with_protocols(config: BrokerConfig, source: str) -> BrokerConfig:
@@ -398,6 +434,11 @@ def _with_protocols(config: BrokerConfig, source: str) -> BrokerConfig:
             listener = listener.with_protocol(config.listener_security_protocol_map)
         except ValueError as exc:
             raise ConfigError(f"{source}: bad value for {key!r}: {exc}") from None
+        if (field_name == "listeners"
+                and listener.security_protocol in TLS_SECURITY_PROTOCOLS):
+            problem = check_tls_listener(config, f"{key}={listener}")
+            if problem is not None:
+                raise ConfigError(f"{source}: {problem}")
         if listener.security_protocol not in SERVED_PROTOCOLS:
             raise ConfigError(f"{source}: bad value for {key!r}: {listener} is a "
                               f"{listener.security_protocol} listener; klog serves "

@@ -41,6 +41,7 @@ from appliance.metrics.server import MetricsEndpoint
 from appliance.security.acl_book import AclBook
 from appliance.security.acl_file import acls_path
 from appliance.shm.appliance_region import ApplianceRegion
+from appliance.tls.context import check_files as check_tls_files
 from appliance.workers.main import worker_main
 
 log = logging.getLogger(__name__)
@@ -87,6 +88,7 @@ class Supervisor:
             log_dir.mkdir(parents=True, exist_ok=True)
         self.region = ApplianceRegion.create(self.config)
         try:
+            check_tls_files(self.config)  # a keystore that does not load stops start-up here
             self.sockets = [self._bind(i) for i in range(len(self.config.log_dirs))]
             if self.config.zookeeper_connect:
                 decider, cluster = self._join_fleet()

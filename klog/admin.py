@@ -37,6 +37,7 @@ from klog.protocol.apis import (
 )
 from klog.protocol.error_codes import ErrorCode
 from klog.security import ClientSecurity
+from klog.tls import client_ssl_context
 from klog.types import TopicPartition
 from klog.wire import BrokerConnection, connect_any
 
@@ -72,16 +73,21 @@ class Admin:
     def __init__(self, bootstrap_servers: str, *, client_id: str = "klog-admin",
                  request_timeout_ms: int = 30_000, security_protocol: str = "PLAINTEXT",
                  sasl_mechanism: str | None = None, sasl_plain_username: str | None = None,
-                 sasl_plain_password: str | None = None):
-        """The security options are the producer's and consumer's (klog/security.py);
-        ValueError when they do not fit together."""
+                 sasl_plain_password: str | None = None, **tls_options):
+        """The security options are the producer's and consumer's (kafka-python's names):
+        ``security_protocol``, the SASL ones (klog/security.py) and, in ``tls_options``,
+        klog.tls's ``ssl_cafile``, ``ssl_certfile``, ``ssl_keyfile``, ``ssl_password``,
+        ``ssl_check_hostname``; ValueError when they do not fit together."""
         self.bootstrap_servers = bootstrap_servers
         self._timeout_ms = request_timeout_ms
         self._client_id = client_id
         self._security = ClientSecurity(security_protocol, sasl_mechanism,
                                         sasl_plain_username, sasl_plain_password)
+        self._ssl_context = client_ssl_context(security_protocol=security_protocol,
+                                               **tls_options)
         self._conn = connect_any(bootstrap_servers, client_id=client_id,
-                                 timeout_s=request_timeout_ms / 1000, security=self._security)
+                                 timeout_s=request_timeout_ms / 1000,
+                                 ssl_context=self._ssl_context, security=self._security)
         self._nodes: dict[int, BrokerConnection] = {}
 
     def __enter__(self) -> Admin:
@@ -173,7 +179,7 @@ class Admin:
                 conn.close()
             conn = self._nodes[node_id] = BrokerConnection(
                 host, port, client_id=self._client_id, timeout_s=self._timeout_ms / 1000,
-                security=self._security)
+                ssl_context=self._ssl_context, security=self._security)
         return conn
 
     def list_offsets(self, topic: str, timestamp: int = LATEST) -> dict[int, int]:

@@ -61,11 +61,16 @@ class _Common:
     request_timeout_ms: int = 30_000
     retry_backoff_ms: int = 100
     metadata_max_age_ms: int = 300_000
-    # authentication (klog/security.py), kafka-python's names
-    security_protocol: str = "PLAINTEXT"
+    # authentication and TLS (klog/security.py, klog/tls.py), kafka-python's names
+    security_protocol: str = "PLAINTEXT"  # SSL, SASL_PLAINTEXT, SASL_SSL
     sasl_mechanism: str | None = None
     sasl_plain_username: str | None = None
     sasl_plain_password: str | None = field(default=None, repr=False)
+    ssl_cafile: str | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+    ssl_password: str | None = field(default=None, repr=False)
+    ssl_check_hostname: bool = True
 
     @property
     def security(self) -> ClientSecurity:
@@ -83,6 +88,15 @@ class _Common:
         _check(isinstance(self.client_id, str), "client_id", self.client_id, "a string")
         for name in ("request_timeout_ms", "retry_backoff_ms", "metadata_max_age_ms"):
             _int_at_least(self, name, 1 if name == "request_timeout_ms" else 0)
+        self._validate_tls()
+
+    def _validate_tls(self) -> None:
+        # security_protocol itself: ClientSecurity's check (klog/security.py)
+        for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_password"):
+            value = getattr(self, name)
+            _check(value is None or isinstance(value, str), name, value, "a string or None")
+        _check(isinstance(self.ssl_check_hostname, bool), "ssl_check_hostname",
+               self.ssl_check_hostname, "True or False")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -261,4 +275,7 @@ def build(cls: Any, owner: str, options: dict[str, Any]) -> Any:
     servers = options["bootstrap_servers"]
     if isinstance(servers, (list, tuple)):
         options["bootstrap_servers"] = ",".join(str(s) for s in servers)
-    return cls(**cls.normalize(dict(options)))
+    options = dict(options)
+    if isinstance(options.get("security_protocol"), str):
+        options["security_protocol"] = options["security_protocol"].upper()
+    return cls(**cls.normalize(options))

@@ -1,8 +1,8 @@
 """How the client authenticates to brokers: kafka-python's option names, one exchange.
 
-``security_protocol`` is PLAINTEXT (the default) or SASL_PLAINTEXT; with SASL,
-``sasl_mechanism`` (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512), ``sasl_plain_username`` and
-``sasl_plain_password`` are required. TLS (SSL, SASL_SSL) is not in this client yet.
+``security_protocol`` is PLAINTEXT (the default), SSL (klog/tls.py), SASL_PLAINTEXT or
+SASL_SSL (TLS first, then SASL on it); with SASL, ``sasl_mechanism`` (PLAIN, SCRAM-SHA-256 or
+SCRAM-SHA-512), ``sasl_plain_username`` and ``sasl_plain_password`` are required.
 
 :func:`sasl_exchange` is the conversation every new connection has after ApiVersions, as a
 generator both wire layers drive (the blocking one and the asyncio one): it yields ``(api
@@ -25,7 +25,7 @@ from klog.protocol.error_codes import ErrorCode
 from klog.protocol.sasl import SUPPORTED_MECHANISMS, SaslFailure
 from klog.protocol.sasl.client import new_client
 
-PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT")
+PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,8 @@ class ClientSecurity:
                              f"{', '.join(SUPPORTED_MECHANISMS)}, got {self.sasl_mechanism!r}")
         for name in ("sasl_plain_username", "sasl_plain_password"):
             if not isinstance(getattr(self, name), str) or not getattr(self, name):
-                raise ValueError(f"{name}: required with security_protocol=SASL_PLAINTEXT")
+                raise ValueError(f"{name}: required with security_protocol="
+                                 f"{self.security_protocol}")
 
     @property
     def sasl(self) -> bool:

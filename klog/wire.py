@@ -17,6 +17,7 @@ import contextlib
 import logging
 import selectors
 import socket
+import ssl
 import time
 from collections import deque
 from collections.abc import Callable
@@ -42,10 +43,13 @@ class BrokerConnection:
     broker cannot be reached or the connection breaks (it is closed then)."""
 
     def __init__(self, host: str, port: int, *, client_id: str = "klog",
-                 timeout_s: float = 30.0, security: ClientSecurity | None = None):
+                 timeout_s: float = 30.0, ssl_context: ssl.SSLContext | None = None,
+                 security: ClientSecurity | None = None):
         self.address = f"{host}:{port}"
         try:
             self.sock = socket.create_connection((host, port), timeout=timeout_s)
+            if ssl_context is not None:
+                self.sock = _handshake(self.sock, ssl_context, host)
         except OSError as exc:
             log.warning("cannot connect to %s: %s", self.address, exc)
             raise BrokerUnavailableError(f"cannot connect to {self.address}: {exc}") from None
@@ -111,6 +115,10 @@ class BrokerConnection:
         """Receive once (blocking up to the socket timeout) and return the whole responses."""
         try:
             chunk = self.sock.recv(RECV_BYTES)
+            # TLS: recv returns one record; decrypted bytes left inside the SSL object would
+            # not wake the selector, so take them now
+            while chunk and isinstance(self.sock, ssl.SSLSocket) and self.sock.pending():
+                chunk += self.sock.recv(self.sock.pending())
         except OSError as exc:
             self.close()
             raise BrokerUnavailableError(f"{self.address}: {exc}") from None
@@ -134,6 +142,16 @@ class BrokerConnection:
         self.closed = True
         with contextlib.suppress(OSError):
             self.sock.close()
+
+
+def _handshake(sock: socket.socket, context: ssl.SSLContext, host: str) -> ssl.SSLSocket:
+    """TLS over a connected socket, verifying the broker's certificate (and its name when
+    the context checks hostnames); closes the socket if the handshake fails."""
+    try:
+        return context.wrap_socket(sock, server_hostname=host)
+    except OSError:
+        sock.close()
+        raise
 
 
 def connect_any(servers: str, **kwargs) -> BrokerConnection:
@@ -162,8 +180,10 @@ class Network:
 
     def __init__(self, bootstrap_servers: str, *, client_id: str, request_timeout_ms: int,
                  address_of: Callable[[int], tuple[str, int] | None],
+                 ssl_context: ssl.SSLContext | None = None,
                  security: ClientSecurity | None = None):
         self._bootstrap = bootstrap_servers
+        self.ssl_context = ssl_context
         self._client_id = client_id
         self._security = security
         self._timeout_s = request_timeout_ms / 1000
@@ -191,13 +211,15 @@ class Network:
                          if not c.closed and ch == ""), None)
             if conn is None:
                 conn = connect_any(self._bootstrap, client_id=self._client_id,
-                                   timeout_s=self._timeout_s, security=self._security)
+                                   timeout_s=self._timeout_s, ssl_context=self.ssl_context,
+                                   security=self._security)
         else:
             address = self._address_of(node)
             if address is None:
                 raise BrokerUnavailableError(f"node {node} is not in the metadata")
             conn = BrokerConnection(*address, client_id=self._client_id,
-                                    timeout_s=self._timeout_s, security=self._security)
+                                    timeout_s=self._timeout_s, ssl_context=self.ssl_context,
+                                    security=self._security)
         self._connections[(node, channel)] = conn
         if conn not in self._pending:
             self._pending[conn] = deque()

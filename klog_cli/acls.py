@@ -59,7 +59,10 @@ def add_arguments(parser) -> None:
         where.add_argument("--config", "-c", help="the config file of a stopped appliance")
         sub.add_argument("--override", action="append", default=[], metavar="KEY=VALUE")
         sub.add_argument("--security-protocol", default="PLAINTEXT",
-                         choices=["PLAINTEXT", "SASL_PLAINTEXT"])
+                         choices=["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"])
+        sub.add_argument("--ssl-cafile", help="the CA that signed the broker's certificate")
+        sub.add_argument("--ssl-certfile", help="a client certificate (PEM), on SSL")
+        sub.add_argument("--ssl-keyfile", help="its private key (PEM)")
         sub.add_argument("--sasl-mechanism")
         sub.add_argument("--sasl-plain-username")
         sub.add_argument("--sasl-plain-password-file",
@@ -235,7 +238,9 @@ def _over_the_wire(args) -> int:
     with Admin(args.bootstrap_server, security_protocol=args.security_protocol,
                sasl_mechanism=args.sasl_mechanism,
                sasl_plain_username=args.sasl_plain_username,
-               sasl_plain_password=_password(args.sasl_plain_password_file)) as admin:
+               sasl_plain_password=_password(args.sasl_plain_password_file),
+               ssl_cafile=args.ssl_cafile, ssl_certfile=args.ssl_certfile,
+               ssl_keyfile=args.ssl_keyfile) as admin:
         if args.action == "add":
             answer = admin.request(create_acls, creations=[create_acls.AclCreation(
                 resource_type=int(a.resource_type), resource_name=a.resource_name,

@@ -25,6 +25,8 @@ import socket
 import time
 from collections import deque
 
+from appliance.tls.fetch_writer import ShortRead, write_through_tls
+from appliance.tls.principal import ANONYMOUS, principal_of
 from appliance.workers.authentication import Action
 from klog.protocol.chunks import FileRegion
 from klog.protocol.error_codes import ErrorCode
@@ -74,8 +76,12 @@ class KafkaConnection(asyncio.Protocol):
         self.last_received_s = time.monotonic()
         # SASL listeners: the connection's authenticator until it succeeds (authentication.py)
         self.auth = worker.new_authenticator()
-        self.principal = None  # User:<name> once authenticated
         self._close_after = None  # the request whose answer is the last one (SASL failures)
+        self.tls = False  # an SSL listener's connection: fetches cannot use sendfile
+        # Kafka's principal, for the authorizer: User:<name> once SASL authenticated, the
+        # client certificate's subject on TLS, User:ANONYMOUS otherwise
+        self.principal = ANONYMOUS
+        self._writable: asyncio.Future | None = None
 
     # asyncio callbacks -------------------------------------------------------------------
 
@@ -95,7 +101,18 @@ class KafkaConnection(asyncio.Protocol):
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.peer_host = f"/{peer[0]}" if peer else ""  # Kafka's client_host form
+        self._start_tls(transport)
         self.worker.connections.add(self)
+
+    def _start_tls(self, transport) -> None:
+        """On a TLS connection (asyncio calls connection_made once the handshake is done):
+        the principal from the client's certificate, verified against the truststore."""
+        if transport.get_extra_info("ssl_object") is None:
+            return
+        self.tls = True
+        self.principal = principal_of(transport.get_extra_info("peercert"))
+        if self.principal != ANONYMOUS:
+            log.info("TLS connection from %s authenticated as %s", self.peer, self.principal)
 
     def connection_lost(self, exc) -> None:
         self._closed = True
@@ -117,6 +134,8 @@ class KafkaConnection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self._writing_paused = False
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_result(None)
         self._update_reading()
 
     def data_received(self, data: bytes) -> None:
@@ -132,8 +151,7 @@ class KafkaConnection(asyncio.Protocol):
             if request is NEED_DATA:
                 break
             request.client_host = self.peer_host
-            if self.principal is not None:
-                request.principal = self.principal
+            request.principal = self.principal
             self._queue.append((request, self._dispatch(request), now))
         self._update_reading()
         self._flush()
@@ -261,7 +279,8 @@ class KafkaConnection(asyncio.Protocol):
             if any(isinstance(c, FileRegion) for c in chunks):
                 if out:
                     self.transport.writelines(out)
-                self._writer = asyncio.ensure_future(self._write_with_sendfile(chunks))
+                write = self._write_through_tls if self.tls else self._write_with_sendfile
+                self._writer = asyncio.ensure_future(write(chunks))
                 return
             out += chunks
         if out:
@@ -304,6 +323,31 @@ class KafkaConnection(asyncio.Protocol):
         finally:
             self._writer = None
         self._flush()
+
+    async def _write_through_tls(self, chunks) -> None:
+        """A fetch's records on a TLS connection: read from the segment and encrypted piece
+        by piece (appliance/tls/fetch_writer.py says why not sendfile, and why not mmap)."""
+        try:
+            await write_through_tls(self.transport, chunks, self._wait_writable)
+        except ShortRead as exc:
+            log.error("short read of a segment for %s (%s): closing", self.peer, exc)
+            self.close()
+            return
+        except (ConnectionError, OSError) as exc:
+            log.info("TLS fetch write to %s failed: %s", self.peer, exc)
+            self.close()
+            return
+        finally:
+            self._writer = None
+        self._flush()
+
+    async def _wait_writable(self) -> None:
+        """Return once the transport is below its write high-water mark."""
+        while self._writing_paused:
+            if self._closed:
+                raise ConnectionError("the connection closed")
+            self._writable = asyncio.get_running_loop().create_future()
+            await self._writable
 
     @property
     def answers_pending(self) -> int:

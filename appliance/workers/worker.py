@@ -29,6 +29,7 @@ from appliance.segments.readable import ReadableLog
 from appliance.shm.appliance_region import ApplianceRegion
 from appliance.shm.partition_table import FreeSlotError
 from appliance.shm.seqlock import TornEntryError
+from appliance.tls.context import ServerTls
 from appliance.workers.authentication import Authenticator
 from appliance.workers.connection import KafkaConnection
 from appliance.workers.connection_limits import ConnectionGuard, is_idle, sweep_interval_s
@@ -91,6 +92,7 @@ class Worker:
         self.authorizer = config.authorizer
         self._server: asyncio.base_events.Server | None = None
         self._tasks: list[asyncio.Task] = []
+        self.tls = self._server_tls(config)
 
     def new_authenticator(self) -> Authenticator | None:
         """A new connection's SASL state, or None on a listener without SASL."""
@@ -202,7 +204,16 @@ class Worker:
             self.config, log_defaults=reload.log_defaults, num_partitions=reload.num_partitions,
             log_retention_check_interval_ms=reload.log_retention_check_interval_ms)
         self.partitions.defaults = self.control.defaults
+        if self.tls is not None:
+            self.tls.reload()  # new connections get the re-read certificate
         log.info("worker %d reloaded its settings", self.index)
+
+    @staticmethod
+    def _server_tls(config: BrokerConfig) -> ServerTls | None:
+        """An SSL listener's context, built in this process (one per worker)."""
+        if config.listeners.security_protocol in ("SSL", "SASL_SSL"):
+            return ServerTls(config)
+        return None
 
     def _on_topic_change(self, name, info) -> None:
         if info is None:
@@ -223,13 +234,15 @@ class Worker:
     async def serve(self, sock: socket.socket | None = None) -> None:
         """Start accepting on `sock` (bound by the caller) or on the configured listener."""
         loop = asyncio.get_running_loop()
+        tls = None if self.tls is None else self.tls.context
         if sock is None:
             host = self.config.listeners.host
             self._server = await loop.create_server(
-                lambda: KafkaConnection(self), host, self.port, reuse_address=True, backlog=1024)
+                lambda: KafkaConnection(self), host, self.port, reuse_address=True, backlog=1024,
+                ssl=tls)
         else:
             self._server = await loop.create_server(lambda: KafkaConnection(self), sock=sock,
-                                                    backlog=1024)
+                                                    backlog=1024, ssl=tls)
         self._tasks = [asyncio.ensure_future(self._retention_loop()),
                        asyncio.ensure_future(self._flush_loop()),
                        asyncio.ensure_future(self._close_idle_connections()),

@@ -37,6 +37,7 @@ from klog.consumer.cursor import Cursor
 from klog.consumer.group import Assign, CommitDone, Revoke
 from klog.errors import KafkaTimeoutError, KlogError
 from klog.outgoing import deliver
+from klog.tls import ssl_context_of
 from klog.types import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 
 
@@ -61,7 +62,8 @@ class AIOConsumer(ConsumerBase):
             self._network = AIONetwork(
                 self.config.bootstrap_servers, client_id=self.config.client_id,
                 request_timeout_ms=self.config.request_timeout_ms,
-                address_of=self._core.address_of, security=self.config.security)
+                address_of=self._core.address_of, ssl_context=ssl_context_of(self.config),
+                security=self.config.security)
             self._pump_lock = asyncio.Lock()
         return self._network
 

@@ -27,6 +27,7 @@ from klog.errors import ClosedError, KafkaTimeoutError, WouldBlockError
 from klog.outgoing import deliver
 from klog.producer.futures import RecordHandle, metadata_of
 from klog.producer.producer_machine import ProducerProtocol
+from klog.tls import ssl_context_of
 from klog.types import RecordMetadata
 
 log = logging.getLogger("klog.producer")
@@ -98,7 +99,8 @@ class AIOProducer:
             self._network = AIONetwork(
                 self.config.bootstrap_servers, client_id=self.config.client_id,
                 request_timeout_ms=self.config.request_timeout_ms,
-                address_of=self._core.cluster.address_of, security=self.config.security)
+                address_of=self._core.cluster.address_of,
+                ssl_context=ssl_context_of(self.config), security=self.config.security)
             self._task = asyncio.ensure_future(self._run())
         return self
 

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+import ssl
 import time
 from collections import deque
 from collections.abc import Callable
@@ -43,11 +44,13 @@ class AIOBrokerConnection:
 
     @classmethod
     async def open(cls, host: str, port: int, *, client_id: str, timeout_s: float,
+                   ssl_context: ssl.SSLContext | None = None,
                    security: ClientSecurity | None = None) -> AIOBrokerConnection:
         address = f"{host}:{port}"
+        tls = {} if ssl_context is None else {"ssl": ssl_context, "server_hostname": host}
         try:
             reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(host, port, limit=RECV_BYTES), timeout_s)
+                asyncio.open_connection(host, port, limit=RECV_BYTES, **tls), timeout_s)
         except (TimeoutError, OSError) as exc:
             log.warning("cannot connect to %s: %r", address, exc)
             raise BrokerUnavailableError(f"cannot connect to {address}: {exc!r}") from None
@@ -130,8 +133,10 @@ class AIONetwork:
 
     def __init__(self, bootstrap_servers: str, *, client_id: str, request_timeout_ms: int,
                  address_of: Callable[[int], tuple[str, int] | None],
+                 ssl_context: ssl.SSLContext | None = None,
                  security: ClientSecurity | None = None):
         self._bootstrap = parse_bootstrap(bootstrap_servers)
+        self._ssl_context = ssl_context
         self._client_id = client_id
         self._security = security
         self._timeout_s = request_timeout_ms / 1000
@@ -161,6 +166,7 @@ class AIONetwork:
                 raise BrokerUnavailableError(f"node {node} is not in the metadata")
             conn = await AIOBrokerConnection.open(*address, client_id=self._client_id,
                                                   timeout_s=self._timeout_s,
+                                                  ssl_context=self._ssl_context,
                                                   security=self._security)
         self._connections[(node, channel)] = conn
         if conn not in self._pending:
@@ -174,6 +180,7 @@ class AIONetwork:
             try:
                 return await AIOBrokerConnection.open(host, port, client_id=self._client_id,
                                                       timeout_s=self._timeout_s,
+                                                      ssl_context=self._ssl_context,
                                                       security=self._security)
             except BrokerUnavailableError as exc:
                 errors.append(str(exc))

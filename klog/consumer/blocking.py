@@ -42,6 +42,7 @@ from klog.consumer.heartbeat_thread import POLL_TIMEOUT, HeartbeatThread
 from klog.errors import KafkaTimeoutError, KlogError
 from klog.outgoing import deliver
 from klog.protocol.records_columns import RecordColumns
+from klog.tls import ssl_context_of
 from klog.types import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 from klog.wire import Network
 
@@ -71,6 +72,7 @@ class Consumer(ConsumerBase):
         self._network = Network(self.config.bootstrap_servers, client_id=self.config.client_id,
                                 request_timeout_ms=self.config.request_timeout_ms,
                                 address_of=self._core.address_of,
+                                ssl_context=ssl_context_of(self.config),
                                 security=self.config.security)
         self._stream: Iterator[ConsumerRecord] | None = None
         self._keeper: HeartbeatThread | None = None
@@ -400,7 +402,8 @@ class Consumer(ConsumerBase):
             keeper = self._keeper = HeartbeatThread(
                 client_id=config.client_id, heartbeat_interval_ms=config.heartbeat_interval_ms,
                 max_poll_interval_ms=config.max_poll_interval_ms,
-                request_timeout_ms=config.request_timeout_ms, security=config.security)
+                request_timeout_ms=config.request_timeout_ms,
+                ssl_context=self._network.ssl_context, security=config.security)
         if keeper is not None:
             keeper.publish(target, membership.last_app_poll_ms or now_ms,
                            membership.last_heartbeat_ms)

@@ -40,9 +40,11 @@ def _now_ms() -> int:
 
 class HeartbeatThread:
     def __init__(self, *, client_id: str, heartbeat_interval_ms: int, max_poll_interval_ms: int,
-                 request_timeout_ms: int, security: ClientSecurity | None = None):
+                 request_timeout_ms: int, ssl_context=None,
+                 security: ClientSecurity | None = None):
         self._client_id = client_id
-        self._security = security
+        self._ssl_context = ssl_context  # the consumer's: TLS to the coordinator too
+        self._security = security  # and SASL
         self._interval_ms = heartbeat_interval_ms
         self._max_poll_ms = max_poll_interval_ms
         self._timeout_s = request_timeout_ms / 1000
@@ -118,6 +120,7 @@ class HeartbeatThread:
                 self._disconnect()
                 self._conn = BrokerConnection(*address, client_id=self._client_id,
                                               timeout_s=self._timeout_s,
+                                              ssl_context=self._ssl_context,
                                               security=self._security)
             return self._conn.call(module, **fields)
         except KlogError:

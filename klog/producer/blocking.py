@@ -28,6 +28,7 @@ from klog.errors import ClosedError, KafkaTimeoutError
 from klog.outgoing import deliver
 from klog.producer.futures import FutureRecordMetadata, FutureRecordMetadataList
 from klog.producer.producer_machine import ProducerProtocol
+from klog.tls import ssl_context_of
 from klog.wire import Network
 
 log = logging.getLogger("klog.producer")
@@ -63,6 +64,7 @@ class Producer:
         self._network = Network(self.config.bootstrap_servers, client_id=self.config.client_id,
                                 request_timeout_ms=self.config.request_timeout_ms,
                                 address_of=self._core.cluster.address_of,
+                                ssl_context=ssl_context_of(self.config),
                                 security=self.config.security)
         self._closed = False
         self._stopping = False

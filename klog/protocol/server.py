@@ -76,7 +76,7 @@ class Request:
     spec: ApiSpec | None
     detail: str | None = None  # why decoding failed, for the log
     client_host: str = ""  # the peer's address, set by the server's I/O layer (DescribeGroups)
-    principal: str = ANONYMOUS  # who sent it: User:<name> once the connection authenticated
+    principal: str = ANONYMOUS  # who sent it: User:<name> after SASL, the certificate's on TLS
 
     @property
     def api_key(self) -> int:

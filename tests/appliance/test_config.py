@@ -64,10 +64,12 @@ def test_finer_retention_unit_wins_whatever_the_order():
     ({"log.segmnet.bytes": "1"}, "log.segmnet.bytes"),
     ({"num.partitions": "zero"}, "num.partitions"),
     ({"num.partitions": "0"}, "num.partitions"),
-    ({"listeners": "SSL://h:1"}, "listeners"),
+    ({"listeners": "SSL://h:1"}, "ssl.keystore.location"),  # an SSL listener needs a key
     ({"listeners": "CLIENT://h:1"}, "listeners"),  # a name the protocol map does not have
     ({"listeners": "CLIENT://h:1", "listener.security.protocol.map": "CLIENT:SASL_SSL"},
-     "listeners"),  # not served yet
+     "ssl.keystore.location"),  # SASL_SSL is TLS first: it needs a key too
+    ({"listeners": "SASL_SSL://h:1", "ssl.keystore.location": "/k.pem"},
+     "sasl.enabled.mechanisms"),  # ... and SASL's mechanisms
     ({"listener.security.protocol.map": "CLIENT:TLS"}, "listener.security.protocol.map"),
     ({"listener.security.protocol.map": "CLIENT"}, "listener.security.protocol.map"),
     ({"listeners": "PLAINTEXT://h:notaport"}, "listeners"),

@@ -1,0 +1,168 @@
+"""SASL_SSL: TLS first, then SASL on it. An appliance alone on a SASL_SSL listener (the SSL
+listener's keystore, the SASL listener's mechanisms and users) against confluent-kafka,
+kafka-python and klog's own client, each verifying the server's certificate and logging in
+with PLAIN and with SCRAM-SHA-512; a wrong password is refused, and a client that skips TLS
+gets nowhere."""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+import sys
+import time
+
+import pytest
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from kafka import KafkaConsumer, KafkaProducer
+from kafka import TopicPartition as PyTopicPartition
+
+import klog
+from tests.conftest import FAST_GROUPS, REPO, Appliance, free_ports
+from tests.security.helpers import (
+    CREDENTIALS,
+    MECHANISMS,
+    PLAIN_USERS,
+    SCRAM_PASSWORD,
+    SCRAM_USER,
+    plain_jaas,
+)
+from tests.security_tls.certs import make_certs
+from tests.security_tls.helpers import tls_settings
+
+pytestmark = pytest.mark.interop
+TESTED = ["PLAIN", "SCRAM-SHA-512"]
+_names = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory):
+    return make_certs(tmp_path_factory.mktemp("certs"))
+
+
+@pytest.fixture(scope="module")
+def appliance(tmp_path_factory, certs):
+    workdir = tmp_path_factory.mktemp("sasl-ssl")
+    port = free_ports(1)
+    started = Appliance(workdir, port=port, settings={
+        **tls_settings(certs, port), "listeners": f"SASL_SSL://127.0.0.1:{port}",
+        "sasl.enabled.mechanisms": MECHANISMS,
+        "listener.name.sasl_ssl.plain.sasl.jaas.config": plain_jaas(PLAIN_USERS),
+        **FAST_GROUPS})
+    secret = workdir / "scram-password"
+    secret.write_text(SCRAM_PASSWORD + "\n")
+    subprocess.run([sys.executable, "-m", "klog_cli.main", "users", "add", SCRAM_USER,
+                    "--mechanism", "SCRAM-SHA-512", "--password-file", str(secret),
+                    "--config", str(started.config)],
+                   cwd=REPO, check=True, capture_output=True, timeout=60)
+    started.start()
+    yield started
+    started.stop()
+
+
+def confluent(appliance, certs, mechanism) -> dict:
+    user, password = CREDENTIALS[mechanism]
+    return {"bootstrap.servers": appliance.bootstrap, "security.protocol": "SASL_SSL",
+            "ssl.ca.location": str(certs.ca), "ssl.endpoint.identification.algorithm": "https",
+            "sasl.mechanism": mechanism, "sasl.username": user, "sasl.password": password}
+
+
+def klog_options(certs, mechanism, **changes) -> dict:
+    user, password = CREDENTIALS[mechanism]
+    return {"security_protocol": "SASL_SSL", "ssl_cafile": str(certs.ca),
+            "sasl_mechanism": mechanism, "sasl_plain_username": user,
+            "sasl_plain_password": password, **changes}
+
+
+@pytest.mark.parametrize("mechanism", TESTED)
+def test_confluent_kafka(appliance, certs, mechanism):
+    topic = f"sasl-ssl-{next(_names)}"
+    admin = AdminClient(confluent(appliance, certs, mechanism))
+    admin.create_topics([NewTopic(topic, num_partitions=2,
+                                  replication_factor=1)])[topic].result(timeout=30)
+    producer = Producer(confluent(appliance, certs, mechanism))
+    for i in range(200):
+        producer.produce(topic, value=f"v{i}")
+    assert producer.flush(30) == 0
+    consumer = Consumer({**confluent(appliance, certs, mechanism), "group.id": f"g-{topic}",
+                         "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    got, deadline = [], time.monotonic() + 60
+    while len(got) < 200 and time.monotonic() < deadline:
+        msg = consumer.poll(0.5)
+        if msg is not None and msg.error() is None:
+            got.append(msg.value().decode())
+    consumer.close()
+    assert sorted(got) == sorted(f"v{i}" for i in range(200))
+
+
+@pytest.mark.parametrize("mechanism", TESTED)
+def test_kafka_python(appliance, certs, mechanism):
+    topic = f"sasl-ssl-py-{next(_names)}"
+    user, password = CREDENTIALS[mechanism]
+    settings = {"bootstrap_servers": appliance.bootstrap, "security_protocol": "SASL_SSL",
+                "ssl_cafile": str(certs.ca), "sasl_mechanism": mechanism,
+                "sasl_plain_username": user, "sasl_plain_password": password}
+    with klog.Admin(appliance.bootstrap, **klog_options(certs, mechanism)) as admin:
+        admin.create_topic(topic, 1)
+    producer = KafkaProducer(**settings, acks="all")
+    for i in range(50):
+        producer.send(topic, value=f"v{i}".encode())
+    producer.flush(30)
+    producer.close()
+    consumer = KafkaConsumer(**settings, enable_auto_commit=False, consumer_timeout_ms=5000)
+    consumer.assign([PyTopicPartition(topic, 0)])
+    consumer.seek_to_beginning()
+    got = [r.value for r in consumer]
+    consumer.close()
+    assert got == [f"v{i}".encode() for i in range(50)]
+
+
+@pytest.mark.parametrize("mechanism", TESTED)
+def test_klog_client(appliance, certs, mechanism):
+    options = klog_options(certs, mechanism)
+    topic = f"sasl-ssl-klog-{next(_names)}"
+    with klog.Admin(appliance.bootstrap, **options) as admin:
+        admin.create_topic(topic, 2)
+    with klog.Producer(bootstrap_servers=appliance.bootstrap, **options) as producer:
+        for i in range(100):
+            producer.send(topic, b"v%d" % i)
+        producer.flush()
+    consumer = klog.Consumer(bootstrap_servers=appliance.bootstrap, group_id=f"g-{topic}",
+                             auto_offset_reset="earliest", **options)
+    consumer.subscribe([topic])
+    got, deadline = [], time.monotonic() + 60
+    while len(got) < 100 and time.monotonic() < deadline:
+        got += [r.value for records in consumer.poll(500).values() for r in records]
+    consumer.close()
+    assert sorted(got) == sorted(b"v%d" % i for i in range(100))
+
+
+def test_a_wrong_password_is_refused(appliance, certs):
+    with pytest.raises(klog.errors.KafkaError) as refused:
+        klog.Admin(appliance.bootstrap,
+                   **klog_options(certs, "SCRAM-SHA-512", sasl_plain_password="no"))
+    assert refused.value.code == klog.errors.ErrorCode.SASL_AUTHENTICATION_FAILED
+
+
+def test_sasl_without_tls_gets_nowhere(appliance):
+    user, password = CREDENTIALS["PLAIN"]
+    with pytest.raises(klog.errors.KlogError):
+        klog.Admin(appliance.bootstrap, security_protocol="SASL_PLAINTEXT",
+                   sasl_mechanism="PLAIN", sasl_plain_username=user,
+                   sasl_plain_password=password, request_timeout_ms=5000)
+
+
+def test_klog_acls_over_sasl_ssl(appliance, certs, tmp_path):
+    """`klog acls` logs in over SASL_SSL; without an authorizer the broker answers
+    SECURITY_DISABLED (which needs a request past authentication)."""
+    secret = tmp_path / "pw"
+    secret.write_text(SCRAM_PASSWORD + "\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "klog_cli.main", "acls", "list", "--bootstrap-server",
+         appliance.bootstrap, "--security-protocol", "SASL_SSL", "--ssl-cafile", str(certs.ca),
+         "--sasl-mechanism", "SCRAM-SHA-512", "--sasl-plain-username", SCRAM_USER,
+         "--sasl-plain-password-file", str(secret)],
+        cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    assert "SECURITY_DISABLED" in result.stdout + result.stderr
