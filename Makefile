@@ -7,6 +7,8 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # tests/ops scrapes with a real Prometheus (promtool comes with it)
 APT_PACKAGES := kcat systemd zookeeper iptables prometheus
+# tests/security_tls makes its CA and certificates with the openssl command
+APT_PACKAGES += openssl
 # tests/deploy boots Debian hosts: debootstrap builds their root, systemd-nspawn boots them
 APT_PACKAGES += debootstrap systemd-container
 # Spark 4 (tests/pipeline, the load in `make run`) needs Java 17 or 21; bookworm has 17
