@@ -15,17 +15,10 @@ import time
 import pytest
 
 import klog
-from tests.conftest import FAST_GROUPS, REPO, Appliance, free_ports
-from tests.security.helpers import (
-    CREDENTIALS,
-    MECHANISMS,
-    PLAIN_USERS,
-    SCRAM_PASSWORD,
-    SCRAM_USER,
-    plain_jaas,
-)
+from tests.conftest import REPO
+from tests.security.helpers import CREDENTIALS, SCRAM_PASSWORD, SCRAM_USER
 from tests.security_tls.certs import make_certs
-from tests.security_tls.helpers import tls_settings
+from tests.security_tls.helpers import sasl_ssl_appliance
 from tests.security_tls.real_clients import DRIVERS, Secured
 
 pytestmark = pytest.mark.interop
@@ -40,20 +33,7 @@ def certs(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def appliance(tmp_path_factory, certs):
-    workdir = tmp_path_factory.mktemp("sasl-ssl")
-    port = free_ports(1)
-    started = Appliance(workdir, port=port, settings={
-        **tls_settings(certs, port), "listeners": f"SASL_SSL://127.0.0.1:{port}",
-        "sasl.enabled.mechanisms": MECHANISMS,
-        "listener.name.sasl_ssl.plain.sasl.jaas.config": plain_jaas(PLAIN_USERS),
-        **FAST_GROUPS})
-    secret = workdir / "scram-password"
-    secret.write_text(SCRAM_PASSWORD + "\n")
-    subprocess.run([sys.executable, "-m", "klog_cli.main", "users", "add", SCRAM_USER,
-                    "--mechanism", "SCRAM-SHA-512", "--password-file", str(secret),
-                    "--config", str(started.config)],
-                   cwd=REPO, check=True, capture_output=True, timeout=60)
-    started.start()
+    started = sasl_ssl_appliance(tmp_path_factory.mktemp("sasl-ssl"), certs).start()
     yield started
     started.stop()
 
