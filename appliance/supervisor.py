@@ -62,6 +62,9 @@ class WorkerProcess:
     failed: bool = False
 
 
+PRIVATE_UMASK = 0o077
+
+
 @dataclass
 class Supervisor:
     config: BrokerConfig
@@ -84,6 +87,11 @@ class Supervisor:
 
     def run(self) -> int:
         """Serve until SIGTERM/SIGINT (exit 0) or a boot error (exit 1)."""
+        # What the appliance creates (log dirs and partition dirs 0700; segments, indexes,
+        # the catalog, meta.properties, credentials 0600) is its user's only, whatever umask
+        # it was started with: records and secrets are not for the host's other users. The
+        # workers inherit it. Directories an operator made beforehand keep their mode.
+        os.umask(PRIVATE_UMASK)
         for log_dir in self.config.log_dirs:
             log_dir.mkdir(parents=True, exist_ok=True)
         self.region = ApplianceRegion.create(self.config)
