@@ -433,9 +433,8 @@ def build_config(settings: dict[str, str], *, source: str = "configuration") -> 
                                           ignored_keys=tuple(ignored)), source)
     config = _with_listener_ssl(config, listener_ssl, source)
     config = _with_sasl(config, sasl_keys, source)
-    if config.authorizer_class_name and config.zookeeper_connect:
-        raise ConfigError(f"{source}: 'authorizer.class.name' is served for an appliance alone "
-                          "only: ACLs of a fleet (in ZooKeeper) are not built yet")
+    # an authorizer in a fleet: each appliance decides by its own ACL file until the fleet's
+    # ACLs live in ZooKeeper (super.users, e.g. the brokers' own principal, work as alone)
     if config.group_min_session_timeout_ms > config.group_max_session_timeout_ms:
         raise ConfigError(f"{source}: group.min.session.timeout.ms "
                           f"({config.group_min_session_timeout_ms}) is above "
