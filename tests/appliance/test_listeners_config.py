@@ -164,3 +164,21 @@ def test_sasl_keys_of_each_listener_are_its_own():
     assert config.sasl_for("ONE").plain_users == {"alice": "a"}
     assert config.sasl_for("TWO").enabled_mechanisms == ("SCRAM-SHA-512",)
     assert config.sasl_for("TWO").plain_users == {}
+
+
+def test_every_tls_listener_has_its_context_and_each_reloads(certs):
+    import ssl
+
+    from appliance.workers.worker import Worker
+
+    config = build_config({
+        "listeners": "A://127.0.0.1:9093,B://127.0.0.1:9193,C://127.0.0.1:9293",
+        "listener.security.protocol.map": "A:SSL,B:SSL,C:PLAINTEXT",
+        "ssl.keystore.location": str(certs.server_keystore), "ssl.key.password": KEY_PASSWORD,
+        "listener.name.b.ssl.client.auth": "required",
+        "listener.name.b.ssl.truststore.location": str(certs.ca)})
+    contexts = Worker._server_tls(config)
+    assert set(contexts) == {"A", "B"}
+    assert contexts["A"].context.verify_mode == ssl.CERT_NONE
+    assert contexts["B"].context.verify_mode == ssl.CERT_REQUIRED
+    assert all(tls.reload() for tls in contexts.values())  # what SIGHUP does, per listener
