@@ -38,8 +38,10 @@ from appliance.fleet_membership import FleetMembership
 from appliance.forking import DirectForker, ForkError, ForkServer
 from appliance.identity import DiskIdentity, claim_log_dir, node_id_for
 from appliance.metrics.server import MetricsEndpoint
+from appliance.scram_credentials import ScramFileStore, credentials_path
 from appliance.security.acl_book import AclBook
 from appliance.security.acl_file import acls_path
+from appliance.security.fleet_acl_book import FleetAclBook
 from appliance.shm.appliance_region import ApplianceRegion
 from appliance.tls.context import check_files as check_tls_files
 from appliance.workers.main import worker_main
@@ -79,6 +81,7 @@ class Supervisor:
         self.fleet: FleetMembership | None = None  # cluster mode only
         self._draining: ControlledShutdown | None = None  # cluster mode, after SIGTERM
         self.metrics: MetricsEndpoint | None = None  # with metrics.port only
+        self._security_generation = -1  # cluster mode: the users and ACLs last broadcast
 
     # start -------------------------------------------------------------------------------
 
@@ -100,7 +103,9 @@ class Supervisor:
             self.region.follow(decider)
             self.control = ControlServer(decider, cluster_id=cluster,
                                          broker_id=self.config.broker_id,
-                                         on_ready=self._worker_ready, acls=self._acl_book())
+                                         on_ready=self._worker_ready, acls=self._acl_book(),
+                                         scram=self.fleet or ScramFileStore(
+                                             credentials_path(self.config.log_dirs[0])))
             self._install_signals()
             for index in range(len(self.config.log_dirs)):
                 self.workers[index] = WorkerProcess(index)
@@ -114,6 +119,8 @@ class Supervisor:
         """With an authorizer: the ACLs of the appliance alone, from their file."""
         if self.config.authorizer is None:
             return None
+        if self.fleet is not None:  # a fleet's ACLs live in ZooKeeper
+            return FleetAclBook(self.fleet)
         try:
             return AclBook(acls_path(self.config.log_dirs[0]))
         except ValueError as exc:  # a file that does not parse: the operator must look
@@ -204,6 +211,7 @@ class Supervisor:
             self._reap()
             if self.fleet is not None:
                 self.control.decider.refresh()
+                self._follow_fleet_security()
             if self._draining is not None and self._draining.poll():
                 self._draining = None
                 self._stop_workers()
@@ -214,6 +222,13 @@ class Supervisor:
             self._kill_stale()
             self._start_missing()
             self._notify_systemd()
+
+    def _follow_fleet_security(self) -> None:
+        """The fleet's users or ACLs changed in ZooKeeper: tell the workers (within a pass)."""
+        generation = self.fleet.security_generation
+        if generation != self._security_generation:
+            self._security_generation = generation
+            self.control.broadcast_security()
 
     def _wait_for_events(self) -> None:
         channels = self.control.by_fileno()
