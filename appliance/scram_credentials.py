@@ -144,17 +144,21 @@ class ScramFileStore:
 
     def alter(self, changes: Iterable[ScramChange]) -> None:
         """Apply `changes` to the file. Raises OSError, ValueError (a file that does not parse)."""
-        changes = list(changes)
         with locked(self.path):
-            users = read_users(self.path)
-            for name in dict.fromkeys(c.user for c in changes):
-                credentials = apply_changes(users.get(name, {}),
-                                            [c for c in changes if c.user == name])
-                if credentials:
-                    users[name] = credentials
-                else:
-                    users.pop(name, None)
-            write_users(self.path, users)
+            self.alter_unlocked(changes)
+
+    def alter_unlocked(self, changes: Iterable[ScramChange]) -> None:
+        """`alter` for a caller that holds the lock already (`klog users`)."""
+        changes = list(changes)
+        users = read_users(self.path)
+        for name in dict.fromkeys(c.user for c in changes):
+            credentials = apply_changes(users.get(name, {}),
+                                        [c for c in changes if c.user == name])
+            if credentials:
+                users[name] = credentials
+            else:
+                users.pop(name, None)
+        write_users(self.path, users)
 
 
 class BroadcastCredentials:

@@ -69,12 +69,17 @@ class SecurityStore:
 
     def start(self) -> None:
         """Make the roots, read everything once, follow changes. Raises ZooKeeperUnavailable."""
+        self.prepare()
+        self.refresh()
+        self._thread.start()
+
+    def prepare(self) -> None:
+        """The roots (and, with zookeeper.set.acl, the users' ACLs); enough for `klog users`,
+        which writes without following."""
         self.session.call("ensure_path", "/config")
         for root in sz.ROOTS:
             self.session.call("ensure_path", root)
         self.secure_existing_users()
-        self.refresh()
-        self._thread.start()
 
     def stop(self) -> None:
         self._stopping = True

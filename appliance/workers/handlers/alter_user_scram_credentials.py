@@ -18,7 +18,8 @@ API_KEY = api.SPEC.key
 def handle(worker: HandlerContext, request):
     body = request.body
     if not access.on_cluster(worker, request, Operation.ALTER):
-        return api.error_response(body, 0, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+        return api.error_response(body, 0, ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                                  "Cluster authorization failed.")
     outcome = scram_alterations.plan(body.deletions, body.upsertions,
                                      worker.scram_credentials.users())
     error, message = ErrorCode.NONE, None

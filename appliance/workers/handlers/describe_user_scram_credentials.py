@@ -17,7 +17,8 @@ API_KEY = api.SPEC.key
 def handle(worker: HandlerContext, request):
     body = request.body
     if not access.on_cluster(worker, request, Operation.DESCRIBE):
-        return api.error_response(body, 0, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+        return api.error_response(body, 0, ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                                  "Cluster authorization failed.")
     users = worker.scram_credentials.users()
     asked = [u.name for u in body.users or ()]
     names = asked or sorted(users)
