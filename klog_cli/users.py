@@ -29,9 +29,10 @@ from appliance.scram_credentials import (
     read_users,
 )
 from cluster.security_store import SecurityStore
-from cluster.session import Session, ZooKeeperUnavailable
+from cluster.session import ZooKeeperUnavailable
 from klog.protocol.sasl import SCRAM_MECHANISMS
 from klog.protocol.sasl.scram import MAX_ITERATIONS, MIN_ITERATIONS, make_credential
+from klog_cli.fleet_security import security_store
 
 SALT_BYTES = 32
 
@@ -100,22 +101,13 @@ class _ZooKeeperUsers:
 
 
 def _in_zookeeper(args, config) -> int:
-    session = Session(config.zookeeper_connect,
-                      session_timeout_ms=config.zookeeper_session_timeout_ms,
-                      connection_timeout_ms=config.zookeeper_connection_timeout_ms,
-                      digest_credentials=config.zookeeper_digest_credentials,
-                      set_acl=config.zookeeper_set_acl)
     try:
-        session.start()
-        store = SecurityStore(session)
-        store.prepare()
-        return {"add": _add, "remove": _remove, "list": _list}[args.action](
-            args, _ZooKeeperUsers(store, config.zookeeper_connect))
+        with security_store(config) as store:
+            return {"add": _add, "remove": _remove, "list": _list}[args.action](
+                args, _ZooKeeperUsers(store, config.zookeeper_connect))
     except ZooKeeperUnavailable as exc:
         print(f"klog: {exc}", file=sys.stderr)
         return 1
-    finally:
-        session.stop()
 
 
 def _read_password(name: str) -> str:

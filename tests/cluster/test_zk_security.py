@@ -89,6 +89,9 @@ def fleet(ensemble, tmp_path_factory):
                  str(secret), "--config", str(appliances[0].config))
     assert added.returncode == 0, added.stderr
     assert "ZooKeeper" in added.stdout
+    acl = klog("acls", "add", "--allow-principal", f"User:{ALICE}", "--operation", "Read",
+               "--group", "billing", "--config", str(appliances[1].config))
+    assert acl.returncode == 0 and "ZooKeeper" in acl.stdout, acl.stderr
     try:
         for appliance in appliances:
             appliance.start(timeout_s=60)
@@ -161,6 +164,18 @@ def test_a_user_added_before_start_logs_in_everywhere(fleet):
     for port in every_port(fleet):
         assert logs_in(port, "SCRAM-SHA-512", ALICE, ALICE_PASSWORD), port
         assert not logs_in(port, "SCRAM-SHA-512", ALICE, "wrong"), port
+
+
+def test_an_acl_added_with_klog_acls_before_start_is_in_force_everywhere(fleet):
+    for appliance in fleet:
+        admin = AdminClient(conf(appliance.port, *ADMIN))
+        found = admin.describe_acls(AclBindingFilter(
+            ResourceType.GROUP, "billing", ResourcePatternType.LITERAL, None, None,
+            AclOperation.ANY, AclPermissionType.ANY)).result(timeout=30)
+        assert [(b.principal, b.operation) for b in found] == [
+            (f"User:{ALICE}", AclOperation.READ)]
+    listed = klog("acls", "list", "--group", "billing", "--config", str(fleet[0].config))
+    assert listed.returncode == 0 and f"User:{ALICE}" in listed.stdout
 
 
 def test_a_user_added_over_the_wire_on_one_logs_in_on_the_other_within_a_second(fleet):
