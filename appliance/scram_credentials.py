@@ -1,4 +1,6 @@
-"""The SCRAM credentials of an appliance alone, in a file: salted, never a password.
+"""The SCRAM credentials of an appliance alone, in a file: salted, never a password. (In a
+fleet they live in ZooKeeper, `cluster.security_store`; workers then look them up in what their
+supervisor broadcast, `BroadcastCredentials`.)
 
 ``<first log dir>/.klog-catalog/scram-credentials.json``, mode 0600, written atomically (temp
 file, fsync, rename, fsync of the directory) by `klog users`, before or while the appliance

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from appliance.config import BrokerConfig
+from appliance.config import BrokerConfig, load_config
 from cluster.security_store import SecurityStore
 from cluster.session import Session
 
@@ -42,3 +42,14 @@ class StoreAcls:
 
     def update_acls(self, resource, change) -> None:
         self.store.update_acls(resource, change)
+
+
+def session_auth(args) -> dict:
+    """The Session keywords for a `klog cluster` command given `--config`: the appliance's
+    ZooKeeper credentials (`zookeeper.digest.credentials`, `zookeeper.set.acl`), without
+    which its writes to a secured fleet's znodes are refused. None with `--zookeeper` alone."""
+    if not getattr(args, "config", None):
+        return {}
+    config = load_config(args.config)
+    return {"digest_credentials": config.zookeeper_digest_credentials,
+            "set_acl": config.zookeeper_set_acl}
