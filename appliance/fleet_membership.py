@@ -32,7 +32,7 @@ from cluster import shutdown
 from cluster.leadership import LeadershipConfig
 from cluster.member import ClusterMember
 from cluster.security_store import SecurityStore
-from cluster.session import CONNECTED, RegistrationConflict, ZooKeeperUnavailable
+from cluster.session import CONNECTED, NotAuthorized, RegistrationConflict, ZooKeeperUnavailable
 from klog.protocol.error_codes import ErrorCode
 
 log = logging.getLogger(__name__)
@@ -66,7 +66,7 @@ class FleetMembership:
             self.member.start()
             self.security.start()
             self._producer_ids = iter(self.member.allocate_producer_ids())
-        except ZooKeeperUnavailable as exc:
+        except (ZooKeeperUnavailable, NotAuthorized) as exc:
             raise FleetUnavailableError(f"zookeeper.connect: {exc}") from None
 
     def stop(self) -> None:
@@ -84,7 +84,9 @@ class FleetMembership:
         return self.security.users()
 
     def alter(self, changes: list[ScramChange]) -> None:
-        """AlterUserScramCredentials in a fleet. Raises ZooKeeperUnavailable (an OSError)."""
+        """AlterUserScramCredentials in a fleet. Raises ZooKeeperUnavailable, NotAuthorized
+        (OSErrors)."""
+        self._connected_or_raise()
         for name in dict.fromkeys(c.user for c in changes):
             mine = [c for c in changes if c.user == name]
             self.security.update_user(name, lambda current, m=mine: apply_changes(current, m))
@@ -93,7 +95,14 @@ class FleetMembership:
         return self.security.acls()
 
     def update_acls(self, resource: tuple[str, str, str], change) -> None:
+        self._connected_or_raise()
         self.security.update_acls(resource, change)
+
+    def _connected_or_raise(self) -> None:
+        """Fail soon, as `_unreachable`: the supervisor's loop waits for this write."""
+        if not self.member.wait_connected(RECONNECT_WAIT_S):
+            raise ZooKeeperUnavailable(f"ZooKeeper is unreachable (session "
+                                       f"{self.member.state}); retry when it is back")
 
     @property
     def cluster_id(self) -> str:

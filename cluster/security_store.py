@@ -113,6 +113,7 @@ class SecurityStore:
 
     def _run(self) -> None:
         next_full = time.monotonic() + FULL_READ_INTERVAL_S
+        failing = False
         while not self._stopping:
             self._wake.wait(max(0.0, next_full - time.monotonic()))
             self._wake.clear()
@@ -121,8 +122,11 @@ class SecurityStore:
             try:
                 self.refresh()
                 next_full = time.monotonic() + FULL_READ_INTERVAL_S
+                failing = False
             except ZooKeeperUnavailable as exc:
-                log.warning("SCRAM users and ACLs not re-read: %s", exc)
+                if not failing:  # once per outage, not once a second
+                    log.warning("SCRAM users and ACLs not re-read: %s", exc)
+                failing = True
                 next_full = time.monotonic() + 1.0
             except Exception:  # keep following: a bad node is logged, the rest stays
                 log.exception("SCRAM users and ACLs not re-read")

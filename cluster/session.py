@@ -29,6 +29,7 @@ from kazoo.exceptions import (
     BadVersionError,
     ConnectionLoss,
     KazooException,
+    NoAuthError,
     NodeExistsError,
     NoNodeError,
     NotEmptyError,
@@ -48,12 +49,18 @@ log = logging.getLogger(__name__)
 CONNECTED, SUSPENDED, LOST = "CONNECTED", "SUSPENDED", "LOST"
 
 __all__ = ["BadVersionError", "NodeExistsError", "NoNodeError", "NotEmptyError",
-           "RegistrationConflict", "Session", "ZooKeeperUnavailable", "CONNECTED", "SUSPENDED",
-           "LOST", "RolledBackError", "RuntimeInconsistency", "EventType"]
+           "NotAuthorized", "RegistrationConflict", "Session", "ZooKeeperUnavailable",
+           "CONNECTED", "SUSPENDED", "LOST", "RolledBackError", "RuntimeInconsistency",
+           "EventType"]
 
 
 class ZooKeeperUnavailable(ConnectionError):
     """ZooKeeper cannot answer now (connection lost, no quorum, session expired): retriable."""
+
+
+class NotAuthorized(PermissionError):
+    """ZooKeeper refused a call by a znode's ACL: klog's `zookeeper.digest.credentials` are
+    missing, or not the identity the znode's ACL names."""
 
 
 class RegistrationConflict(RuntimeError):
@@ -280,6 +287,10 @@ class Session:
                 time.sleep(0.1)
             except UNAVAILABLE as exc:
                 raise ZooKeeperUnavailable(f"ZooKeeper {what} failed: {exc!r}") from None
+            except NoAuthError:
+                raise NotAuthorized(
+                    f"ZooKeeper refused {what} by a znode's ACL: zookeeper.digest.credentials "
+                    f"are missing or not the identity the fleet's znodes grant") from None
 
     def drain_callbacks(self, timeout_s: float) -> bool:
         """Wait until the watch callbacks kazoo has queued so far have run (False after

@@ -260,6 +260,13 @@ def test_without_the_digest_a_zookeeper_client_changes_nothing(fleet, ensemble):
         assert "SCRAM-SHA-512" in orjson.loads(data)["config"]
     finally:
         klog_client.stop()
+    # a config without the credentials is told so, naming the key
+    bare = fleet[0].config.with_name("no-credentials.properties")
+    bare.write_text("".join(line + "\n" for line in fleet[0].config.read_text().splitlines()
+                            if not line.startswith(("zookeeper.set.acl",
+                                                    "zookeeper.digest.credentials"))))
+    refused = klog("users", "list", "--config", str(bare))
+    assert refused.returncode == 1 and "zookeeper.digest.credentials" in refused.stderr
     # klog's tools write with the config's credentials
     elect = klog("cluster", "elect-leaders", "--config", str(fleet[0].config),
                  "--all-topic-partitions")
