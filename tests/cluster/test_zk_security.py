@@ -276,3 +276,50 @@ def test_without_the_digest_a_zookeeper_client_changes_nothing(fleet, ensemble):
     producer.produce("audit", value=b"still here")
     assert producer.flush(30) == 0
     assert "audit" in topics_seen(fleet[1].port, *ADMIN)
+
+
+def test_users_written_before_zookeeper_set_acl_are_locked_at_start(ensemble):
+    """Users a fleet stored while open get the secret ACL when a secured store starts (the
+    rest of the znodes made before keep theirs: README, "ZooKeeper's own ACLs")."""
+    from kazoo.client import KazooClient
+    from kazoo.exceptions import NoAuthError
+
+    from cluster.security_store import SecurityStore
+    from cluster.security_znodes import UserConfig
+    from cluster.session import Session
+    from klog.protocol.sasl.scram import ScramCredential
+
+    chroot = f"{CHROOT}-migrated"
+    opened = KazooClient(hosts=f"{ensemble.connect}{chroot}")
+    _ensure(ensemble, chroot)
+    opened.start(timeout=10)
+    try:
+        node = UserConfig({"SCRAM-SHA-256": ScramCredential(b"s", 4096, b"k", b"v")}, {})
+        opened.create("/config/users/old", node.encode(), makepath=True)
+        session = Session(f"{ensemble.connect}{chroot}", session_timeout_ms=6000,
+                          connection_timeout_ms=10_000, digest_credentials=ZK_CREDENTIALS,
+                          set_acl=True)
+        session.start()
+        try:
+            store = SecurityStore(session)
+            store.prepare()
+            store.refresh()
+            assert set(store.users()) == {"old"}
+        finally:
+            session.stop()
+        with pytest.raises(NoAuthError):
+            opened.get("/config/users/old")
+        with pytest.raises(NoAuthError):
+            opened.get_children("/config/users")
+    finally:
+        opened.stop()
+
+
+def _ensure(ensemble, chroot: str) -> None:
+    from kazoo.client import KazooClient
+    root = KazooClient(hosts=ensemble.connect)
+    root.start(timeout=10)
+    try:
+        root.ensure_path(chroot)
+    finally:
+        root.stop()
