@@ -104,8 +104,7 @@ class Supervisor:
             self.control = ControlServer(decider, cluster_id=cluster,
                                          broker_id=self.config.broker_id,
                                          on_ready=self._worker_ready, acls=self._acl_book(),
-                                         scram=self.fleet or ScramFileStore(
-                                             credentials_path(self.config.log_dirs[0])))
+                                         scram=self._scram_writer())
             self._install_signals()
             for index in range(len(self.config.log_dirs)):
                 self.workers[index] = WorkerProcess(index)
@@ -116,7 +115,8 @@ class Supervisor:
         return self._exit_code
 
     def _acl_book(self) -> AclBook | None:
-        """With an authorizer: the ACLs of the appliance alone, from their file."""
+        """With an authorizer: the ACLs of the appliance alone, from their file; of a
+        fleet, in ZooKeeper."""
         if self.config.authorizer is None:
             return None
         if self.fleet is not None:  # a fleet's ACLs live in ZooKeeper
@@ -125,6 +125,13 @@ class Supervisor:
             return AclBook(acls_path(self.config.log_dirs[0]))
         except ValueError as exc:  # a file that does not parse: the operator must look
             raise ConfigError(str(exc)) from None
+
+    def _scram_writer(self):
+        """Where AlterUserScramCredentials writes: alone the appliance's file (workers re-read
+        it by themselves), in a fleet ZooKeeper (the users are broadcast to the workers)."""
+        if self.fleet is not None:
+            return self.fleet
+        return ScramFileStore(credentials_path(self.config.log_dirs[0]))
 
     def _run_alone(self):
         catalog = Catalog(self.config.log_dirs[0])
