@@ -130,6 +130,20 @@ def test_kafkas_errors(appliance):
     assert error_of(described["nobody"]) == ErrorCode.RESOURCE_NOT_FOUND
 
 
+def test_an_unknown_mechanism_is_unsupported(appliance):
+    """kafka-python's request class sent as it is (its admin refuses UNKNOWN client-side)."""
+    from kafka.protocol.admin import AlterUserScramCredentialsRequest
+    client = py_admin(appliance)
+
+    async def send():
+        return await client._manager.send(AlterUserScramCredentialsRequest(
+            deletions=[("dave", 0)], upsertions=[("erin", 3, 4096, b"s" * 16, b"p" * 64)]))
+    response = client._manager.run(send)
+    assert {r.user: r.error_code for r in response.results} == {
+        "dave": ErrorCode.UNSUPPORTED_SASL_MECHANISM, "erin": ErrorCode.UNSUPPORTED_SASL_MECHANISM}
+    client.close()
+
+
 def test_without_alter_or_describe_on_the_cluster_it_is_refused(appliance):
     client = py_admin(appliance, ALICE)
     name = new_user()
