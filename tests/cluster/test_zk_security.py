@@ -182,7 +182,7 @@ def test_a_user_added_over_the_wire_on_one_logs_in_on_the_other_within_a_second(
     admin = py_admin(fleet[0].port)
     assert admin.alter_user_scram_credentials([
         UserScramCredentialUpsertion("bob", "SCRAM-SHA-512", "bob pw")]) == {"bob": None}
-    for port in fleet[1].ports():
+    for port in [*fleet[1].ports(), *fleet[0].ports()]:
         within_a_second(lambda p=port: logs_in(p, "SCRAM-SHA-512", "bob", "bob pw"),
                         f"bob to log in on port {port}")
     assert admin.alter_user_scram_credentials([
