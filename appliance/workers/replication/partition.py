@@ -19,6 +19,13 @@ fetches, acks=all appends). Nothing else changes a partition's log.
   `truncate_to` and `truncate_fully_and_start_at` cut the log where the leader's epochs say
   (the fetcher decides where).
 
+- **Transactions** (KIP-98): the producer state tracks each producer's open transaction;
+  `write_marker` (the leader's side of WriteTxnMarkers) appends the COMMIT or ABORT control
+  batch that ends one, followers take markers with the rest of the leader's batches, and an
+  ABORT is indexed in the segment's .txnindex. The earliest open transaction holds the last
+  stable offset back (read_committed reads below it), never the high watermark. `on_marker`
+  lets the group coordinator hear of the markers of its partitions.
+
 Replicas of a single-copy partition, and every partition of an appliance without ZooKeeper,
 have no role: they behave as a single log always did. Event loop only; the worker is the only
 writer.
