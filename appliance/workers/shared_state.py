@@ -135,12 +135,13 @@ class RemoteLog:
         # bounded by the log end, not the high watermark: a fetch between the two (a leader
         # just elected, whose high watermark lags what consumers read) is an empty answer
         piece = self.reader.read(offset, max_bytes, log_start_offset=view.log_start_offset,
-                                 high_watermark=(view.last_stable_offset if committed
-                                                 else view.high_watermark),
+                                 high_watermark=view.high_watermark,
                                  log_end_offset=view.log_end_offset,
                                  active_base_offset=view.active_segment_base_offset,
                                  active_bytes=view.active_segment_bytes,
-                                 hint=tuple(hint) if hint is not None else None)
+                                 hint=tuple(hint) if hint is not None else None,
+                                 last_stable_offset=view.last_stable_offset if committed
+                                 else None)
         if piece:
             self.region.fetch_out.add_partition_out(self.slot, view.epoch, self.worker_index,
                                                     piece.length, 0)
