@@ -289,3 +289,25 @@ def test_markers_refused_as_kafka_refuses_them(scenario):
         other.close()
     assert answer.markers[0].topics[0].partitions[0].error_code == \
         ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+
+def test_a_restart_after_kill_9_rebuilds_a_lost_txnindex(appliance, scenario):
+    """Last in the module: it restarts the appliance."""
+    writer, _, _ = scenario
+    appliance.kill()
+    lost = [p for d in appliance.log_dirs for p in d.glob(f"{writer.topic}-0/*.txnindex")]
+    assert len(lost) == 1
+    lost[0].unlink()
+    appliance.start()
+    again = Writer(appliance, writer.topic)
+    try:
+        for port in (again.leader_port, again.other_port):
+            committed = again.raw_fetch(port, 1)
+            assert [(t.producer_id, t.first_offset)
+                    for t in committed.aborted_transactions] == [(writer_pid(writer, 0), 2)]
+    finally:
+        again.close()
+    assert lost[0].exists()
+    values = consume("confluent", appliance.bootstrap, writer.topic, "read_committed",
+                     len(COMMITTED) + 2, settle_s=0.5)
+    assert values == COMMITTED + ["c0", "p3"]
