@@ -35,6 +35,7 @@ from appliance.workers.handlers import (
     sasl_authenticate,
     sasl_handshake,
     sync_group,
+    write_txn_markers,
 )
 
 MODULES = (
@@ -43,7 +44,7 @@ MODULES = (
     leave_group, offset_commit, offset_fetch, list_groups, describe_groups, delete_groups,
     create_partitions, offset_for_leader_epoch, sasl_handshake, sasl_authenticate,
     describe_acls, create_acls, delete_acls, describe_user_scram_credentials,
-    alter_user_scram_credentials,
+    alter_user_scram_credentials, write_txn_markers,
 )
 
 HANDLERS = {module.API_KEY: module.handle for module in MODULES}

@@ -49,6 +49,7 @@ from klog.protocol.apis import (
     sasl_authenticate,
     sasl_handshake,
     sync_group,
+    write_txn_markers,
 )
 from klog.protocol.schema import Message
 
@@ -139,6 +140,7 @@ API_BY_KEY: dict[int, ApiSpec] = {
             _spec(describe_user_scram_credentials, "DescribeUserScramCredentials", (0, 0),
                   (0, 0)),
             _spec(alter_user_scram_credentials, "AlterUserScramCredentials", (0, 0), (0, 0)),
+            _spec(write_txn_markers, "WriteTxnMarkers", (0, 1), (0, 1)),
         ],
         key=lambda spec: spec.key,
     )
