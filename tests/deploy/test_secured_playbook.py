@@ -7,7 +7,8 @@ SCRAM-SHA-512, and Kafka's ACLs are on. Then, from outside the hosts: a user of 
 with the deployed CA produces (acks=all, so through the replicas' SASL_SSL links) and consumes
 in a group once the admin has granted it ACLs with `klog acls` (as the README shows); clients
 without the right credentials or CA get nothing; a ZooKeeper client without klog's digest
-cannot change klog's znodes nor read its users; a second run changes nothing.
+cannot change klog's znodes nor read its users; a second run changes nothing, nor does
+--check, and no run prints a password.
 """
 
 from __future__ import annotations
@@ -214,9 +215,12 @@ def test_zookeeper_without_klogs_digest_cannot_change_klogs_znodes(secured):
         owner.stop()
 
 
-def test_a_second_secured_run_changes_nothing(secured):
+def test_a_second_secured_run_changes_nothing_and_check_mode_agrees(secured):
     second = run_playbook(secured.inventory, secured.booted.log, *secured.booted.wheels)
     FIGURES["secured second run (s)"] = second.seconds
     assert second.changed == {"localhost": 0, "h1": 0, "h2": 0, "h3": 0}, second.output[-3000:]
+    check = run_playbook(secured.inventory, secured.booted.log, *secured.booted.wheels,
+                         "--check", "--diff")
+    assert check.changed == {"localhost": 0, "h1": 0, "h2": 0, "h3": 0}, check.output[-3000:]
     for secret in [*PASSWORDS.values(), DIGEST.split(":")[1]]:
-        assert secret not in secured.first_run.output + second.output
+        assert secret not in secured.first_run.output + second.output + check.output
