@@ -253,3 +253,17 @@ def test_plaintext_rendering_is_unchanged_without_security(work, first):
         broker.rack=r1
         num.partitions=3
         """)
+
+
+def test_the_example_inventory_is_secured_and_refuses_its_placeholder_passwords(work):
+    """Until vault.yml holds real passwords, the play stops at its first task for a host."""
+    done = subprocess.run(
+        [str(ANSIBLE_PLAYBOOK), "-i", str(REPO / "playbooks" / "inventory" / "example"),
+         str(REPO / "playbooks" / "cluster.yml"), "--limit", "klog1.example.net",
+         "--start-at-task", "klog_appliance : Check the security variables",
+         "-e", "ansible_connection=local", "-e", f"ansible_python_interpreter={sys.executable}"],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "ANSIBLE_NOCOLOR": "1", "ANSIBLE_LOCAL_TEMP": str(work / "tmp")})
+    assert done.returncode != 0
+    assert "not the example's CHANGE-ME" in done.stdout, done.stdout[-3000:]
+    assert "changed=0" in done.stdout
