@@ -15,6 +15,14 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from appliance.inter_broker import InterBrokerSasl, inter_broker_sasl, parse_mechanism
+from appliance.listeners import (
+    Listener,
+    check_advertised,
+    check_port_ranges,
+    inter_broker_name,
+    parse_listeners,
+)
 from appliance.properties import parse_override, parse_properties
 from appliance.sasl_config import (
     LISTENER_PREFIX,
@@ -32,9 +40,8 @@ from appliance.segments.config import LogConfig
 from appliance.tls.settings import (
     SSL_IGNORED,
     SSL_KEYS,
-    TLS_SECURITY_PROTOCOLS,
-    apply_listener_overrides,
     check_tls_listener,
+    split_listener_ssl,
 )
 
 DEFAULT_PORT = 9092
@@ -49,42 +56,6 @@ SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 DEFAULT_PROTOCOL_MAP = {name: name for name in SECURITY_PROTOCOLS}
 SERVED_PROTOCOLS = frozenset(SECURITY_PROTOCOLS)  # SASL_SSL: TLS, then SASL on it
 SASL_PROTOCOLS = frozenset({"SASL_PLAINTEXT", "SASL_SSL"})
-
-
-@dataclass(frozen=True)
-class Listener:
-    """One `NAME://host:port` endpoint. `name` is the listener's name (Kafka's
-    `listeners=CLIENT://...`); its security protocol comes from
-    `listener.security.protocol.map`, where by default each protocol names itself."""
-
-    host: str
-    port: int
-    name: str = "PLAINTEXT"
-    security_protocol: str = "PLAINTEXT"
-
-    @classmethod
-    def parse(cls, text: str) -> Listener:
-        """The endpoint as written; its protocol is the name's own until `with_protocol`."""
-        scheme, sep, rest = text.strip().partition("://")
-        if not sep or not scheme:
-            raise ValueError(f"expected NAME://host:port, got {text!r}")
-        host, colon, port = rest.rpartition(":")
-        if not colon or not port.isdigit() or not 0 <= int(port) <= 65535:
-            raise ValueError(f"expected host:port after {scheme}://, got {rest!r}")
-        name = scheme.upper()
-        return cls(host.strip("[]") or "0.0.0.0", int(port), name, name)
-
-    def with_protocol(self, protocol_map: dict[str, str]) -> Listener:
-        """This listener with its security protocol from `protocol_map`. Raises ValueError
-        for a name the map does not have."""
-        protocol = protocol_map.get(self.name)
-        if protocol is None:
-            raise ValueError(f"listener name {self.name!r} has no security protocol in "
-                             f"listener.security.protocol.map")
-        return dataclasses.replace(self, security_protocol=protocol)
-
-    def __str__(self) -> str:
-        return f"{self.name}://{self.host}:{self.port}"
 
 
 def _protocol_map(text: str) -> dict[str, str]:
@@ -108,8 +79,16 @@ class BrokerConfig:
     """What one appliance needs to start; field names are Kafka's keys in snake_case."""
 
     broker_id: int = 0
-    listeners: Listener = Listener("127.0.0.1", DEFAULT_PORT)
-    advertised_listeners: Listener | None = None
+    # every listener is served by every worker (port + worker index); appliance/listeners.py
+    listeners: tuple[Listener, ...] = (Listener("127.0.0.1", DEFAULT_PORT),)
+    advertised_listeners: tuple[Listener, ...] | None = None
+    # the inter-broker listener: the keys as written, and the name they resolve to
+    inter_broker_listener_name: str | None = None
+    security_inter_broker_protocol: str | None = None
+    inter_broker_name: str = "PLAINTEXT"
+    # the replica fetchers' own credentials when the inter-broker listener is SASL
+    sasl_mechanism_inter_broker_protocol: str | None = None
+    inter_broker_sasl: InterBrokerSasl | None = None
     listener_security_protocol_map: dict[str, str] = field(
         default_factory=lambda: dict(DEFAULT_PROTOCOL_MAP))
     log_dirs: tuple[Path, ...] = (Path("/tmp/klog-logs"),)
@@ -157,8 +136,8 @@ class BrokerConfig:
     group_max_session_timeout_ms: int = 1_800_000
     group_initial_rebalance_delay_ms: int = 3000
     group_max_size: int = 2**31 - 1
-    # SASL (appliance/sasl_config.py): set only when the listener is a SASL one
-    sasl: SaslSettings | None = None
+    # SASL (appliance/sasl_config.py): listener name -> its settings, SASL listeners only
+    listener_sasl: dict[str, SaslSettings] = field(default_factory=dict)
     connection_failed_authentication_delay_ms: int = 100
     # ACLs (appliance/security): on when authorizer.class.name names Kafka's authorizer
     authorizer_class_name: str = ""
@@ -177,12 +156,53 @@ class BrokerConfig:
     ssl_enabled_protocols: tuple[str, ...] = ("TLSv1.2", "TLSv1.3")
     ssl_protocol: str = "TLSv1.3"
     ssl_cipher_suites: tuple[str, ...] = ()
+    # listener name -> {ssl_* field: value} from listener.name.<l>.ssl.* (tls_config applies)
+    listener_ssl: dict[str, dict[str, object]] = field(default_factory=dict)
     log_defaults: LogConfig = field(default_factory=LogConfig)
     ignored_keys: tuple[str, ...] = ()
 
     @property
+    def first_listener(self) -> Listener:
+        """The first of `listeners` (what klog's tools dial when they are given no address)."""
+        return self.listeners[0]
+
+    @property
+    def inter_broker_listener(self) -> Listener:
+        """The listener other appliances' replica fetchers dial."""
+        return self.listener_named(self.inter_broker_name)
+
+    def listener_named(self, name: str) -> Listener:
+        return next(listener for listener in self.listeners if listener.name == name)
+
+    @property
+    def advertised_endpoints(self) -> tuple[Listener, ...]:
+        """Where each listener is reached: its `advertised.listeners` entry, else itself
+        (a listener that `advertised.listeners` leaves out keeps its bound address)."""
+        given = {a.name: a for a in self.advertised_listeners or ()}
+        return tuple(given.get(listener.name, listener) for listener in self.listeners)
+
+    def advertised_for(self, name: str) -> Listener:
+        return next(a for a in self.advertised_endpoints if a.name == name)
+
+    @property
     def advertised(self) -> Listener:
-        return self.advertised_listeners or self.listeners
+        """The inter-broker listener's advertised endpoint (the appliance's fleet address)."""
+        return self.advertised_for(self.inter_broker_name)
+
+    def sasl_for(self, listener_name: str) -> SaslSettings | None:
+        """A listener's SASL settings, None on a listener without SASL."""
+        return self.listener_sasl.get(listener_name)
+
+    @property
+    def sasl(self) -> SaslSettings | None:
+        """The first SASL listener's settings (an appliance with one listener: its own)."""
+        return next(iter(self.listener_sasl.values()), None)
+
+    def tls_config(self, listener_name: str) -> BrokerConfig:
+        """This config with a listener's `listener.name.<l>.ssl.*` overrides applied: what
+        appliance/tls reads for that listener."""
+        overrides = self.listener_ssl.get(listener_name)
+        return dataclasses.replace(self, **overrides) if overrides else self
 
     @property
     def authorizer(self) -> AuthorizerSettings | None:
@@ -222,11 +242,21 @@ def _paths(text: str) -> tuple[Path, ...]:
     return paths
 
 
-def _first_listener(text: str) -> Listener:
-    entries = [e for e in text.split(",") if e.strip()]
-    if not entries:
-        raise ValueError("expected NAME://host:port")
-    return Listener.parse(entries[0])
+def _advertised(text: str) -> tuple[Listener, ...]:
+    return parse_listeners(text, distinct_ports=False)  # Kafka lets them share a port
+
+
+def _listener_name(text: str) -> str:
+    if not text.strip():
+        raise ValueError("expected a listener name")
+    return text.strip().upper()
+
+
+def _security_protocol(text: str) -> str:
+    protocol = text.strip().upper()
+    if protocol not in SECURITY_PROTOCOLS:
+        raise ValueError(f"{protocol!r} is not one of {', '.join(SECURITY_PROTOCOLS)}")
+    return protocol
 
 
 def _zookeeper_connect(text: str) -> str:
@@ -281,8 +311,12 @@ def _authorizer_class(text: str) -> str:
 # the default LogConfig (topic defaults); `precedence` below orders Kafka's hour/minute/ms trios.
 KEYS: dict[str, tuple[str, object]] = {
     "broker.id": ("broker_id", _int(0)),
-    "listeners": ("listeners", _first_listener),
-    "advertised.listeners": ("advertised_listeners", _first_listener),
+    "listeners": ("listeners", parse_listeners),
+    "advertised.listeners": ("advertised_listeners", _advertised),
+    "inter.broker.listener.name": ("inter_broker_listener_name", _listener_name),
+    "security.inter.broker.protocol": ("security_inter_broker_protocol", _security_protocol),
+    "sasl.mechanism.inter.broker.protocol": ("sasl_mechanism_inter_broker_protocol",
+                                             parse_mechanism),
     "listener.security.protocol.map": ("listener_security_protocol_map", _protocol_map),
     "log.dirs": ("log_dirs", _paths),
     "log.dir": ("log_dirs", _paths),
@@ -362,7 +396,6 @@ IGNORED = frozenset({
     "transaction.state.log.replication.factor",
     "transaction.state.log.min.isr", "log.cleaner.enable",
     "delete.topic.enable", "log.cleanup.policy",
-    "inter.broker.listener.name",
 }) | SSL_IGNORED
 
 
@@ -370,10 +403,8 @@ def build_config(settings: dict[str, str], *, source: str = "configuration") -> 
     """Turn Kafka-keyed strings into a `BrokerConfig`, or raise `ConfigError` naming the key."""
     broker: dict[str, object] = {}
     log: dict[str, object] = {}
-    given = settings
-    settings, ignored = apply_listener_overrides(settings, _served_listener_name(settings))
-    # listener.name.<served>.ssl.* keys: folded into ssl.*, but read only by a TLS listener
-    folded = [key for key in given if key not in settings and key not in ignored]
+    ignored: list[str] = []
+    settings, listener_ssl = split_listener_ssl(settings)
     sasl_keys = {key: settings[key] for key in settings
                  if key.startswith(LISTENER_PREFIX) or key == "sasl.enabled.mechanisms"}
     for key in sorted(settings, key=lambda k: PRECEDENCE.get(k, 0)):
@@ -400,12 +431,10 @@ def build_config(settings: dict[str, str], *, source: str = "configuration") -> 
         raise ConfigError(f"{source}: {exc}") from None
     config = _with_protocols(BrokerConfig(**broker, log_defaults=log_defaults,
                                           ignored_keys=tuple(ignored)), source)
-    if folded and config.listeners.security_protocol not in TLS_SECURITY_PROTOCOLS:
-        config = dataclasses.replace(config, ignored_keys=config.ignored_keys + tuple(folded))
+    config = _with_listener_ssl(config, listener_ssl, source)
     config = _with_sasl(config, sasl_keys, source)
-    if config.authorizer_class_name and config.zookeeper_connect:
-        raise ConfigError(f"{source}: 'authorizer.class.name' is served for an appliance alone "
-                          "only: ACLs of a fleet (in ZooKeeper) are not built yet")
+    # an authorizer in a fleet: each appliance decides by its own ACL file until the fleet's
+    # ACLs live in ZooKeeper (super.users, e.g. the brokers' own principal, work as alone)
     if config.group_min_session_timeout_ms > config.group_max_session_timeout_ms:
         raise ConfigError(f"{source}: group.min.session.timeout.ms "
                           f"({config.group_min_session_timeout_ms}) is above "
@@ -413,70 +442,134 @@ def build_config(settings: dict[str, str], *, source: str = "configuration") -> 
     return config
 
 
-def _served_listener_name(settings: dict[str, str]) -> str | None:
-    """The name of the listener this appliance serves, for its listener.name.* keys (None if
-    `listeners` does not parse: its own error comes later)."""
-    try:
-        return _first_listener(settings.get("listeners", "PLAINTEXT://:0")).name
-    except ValueError:
-        return None
-
-
 def _with_protocols(config: BrokerConfig, source: str) -> BrokerConfig:
-    """The listeners with their security protocols, refused while klog cannot serve them."""
+    """The listeners with their security protocols, the advertised ones among them, and the
+    inter-broker listener resolved, with Kafka's refusals."""
     resolved = {}
     for key, field_name in (("listeners", "listeners"),
                             ("advertised.listeners", "advertised_listeners")):
-        listener = getattr(config, field_name)
-        if listener is None:
+        listeners = getattr(config, field_name)
+        if listeners is None:
             continue
         try:
-            listener = listener.with_protocol(config.listener_security_protocol_map)
+            listeners = tuple(listener.with_protocol(config.listener_security_protocol_map)
+                              for listener in listeners)
         except ValueError as exc:
             raise ConfigError(f"{source}: bad value for {key!r}: {exc}") from None
-        if (field_name == "listeners"
-                and listener.security_protocol in TLS_SECURITY_PROTOCOLS):
-            problem = check_tls_listener(config, f"{key}={listener}")
+        for listener in listeners:
+            if listener.security_protocol not in SERVED_PROTOCOLS:
+                raise ConfigError(f"{source}: bad value for {key!r}: {listener} is a "
+                                  f"{listener.security_protocol} listener; klog serves "
+                                  f"{', '.join(sorted(SERVED_PROTOCOLS))} only")
+        resolved[field_name] = listeners
+    listeners = resolved["listeners"]
+    advertised = resolved.get("advertised_listeners")
+    problem = check_port_ranges(listeners, len(config.log_dirs))
+    if problem is None and advertised is not None:
+        problem = check_advertised(listeners, advertised)
+    if problem is not None:
+        raise ConfigError(f"{source}: bad value for 'listeners': {problem}"
+                          if "advertised" not in problem else f"{source}: {problem}")
+    config = dataclasses.replace(config, **resolved)
+    try:
+        name = inter_broker_name(listeners, config.advertised_endpoints,
+                                 listener_name=config.inter_broker_listener_name,
+                                 protocol=config.security_inter_broker_protocol,
+                                 in_fleet=config.zookeeper_connect is not None)
+    except ValueError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    return dataclasses.replace(config, inter_broker_name=name)
+
+
+def _with_listener_ssl(config: BrokerConfig, per_listener: dict[str, list[tuple[str, str, str]]],
+                       source: str) -> BrokerConfig:
+    """Each TLS listener's `listener.name.<l>.ssl.*` overrides, parsed, and every TLS
+    listener checked with them; those of other listeners are listed as ignored."""
+    names = {listener.name: listener for listener in config.listeners}
+    overrides: dict[str, dict[str, object]] = {}
+    ignored = []
+    for name, entries in per_listener.items():
+        listener = names.get(name)
+        for key, ssl_key, raw in entries:
+            if listener is None or not listener.uses_tls or ssl_key in SSL_IGNORED:
+                ignored.append(key)
+                continue
+            if ssl_key not in SSL_KEYS:
+                raise ConfigError(f"{source}: unknown key {key!r}")
+            target, parse = SSL_KEYS[ssl_key]
+            try:
+                overrides.setdefault(name, {})[target] = parse(raw)
+            except ValueError as exc:
+                raise ConfigError(f"{source}: bad value for {key!r}: {exc}") from None
+    config = dataclasses.replace(config, listener_ssl=overrides,
+                                 ignored_keys=config.ignored_keys + tuple(ignored))
+    for listener in config.listeners:
+        if listener.uses_tls:
+            problem = check_tls_listener(config.tls_config(listener.name),
+                                         f"listeners={listener}")
             if problem is not None:
                 raise ConfigError(f"{source}: {problem}")
-        if listener.security_protocol not in SERVED_PROTOCOLS:
-            raise ConfigError(f"{source}: bad value for {key!r}: {listener} is a "
-                              f"{listener.security_protocol} listener; klog serves "
-                              f"{', '.join(sorted(SERVED_PROTOCOLS))} only")
-        resolved[field_name] = listener
-    return dataclasses.replace(config, **resolved)
+    return config
 
 
 def _with_sasl(config: BrokerConfig, keys: dict[str, str], source: str) -> BrokerConfig:
-    """The listener's SASL settings when it is a SASL one; the `listener.name.*` keys of other
-    listeners, and SASL keys on a listener without SASL, are listed as ignored."""
-    ours: dict[str, str] = {}
+    """Each SASL listener's settings, and the replica fetchers' credentials when the
+    inter-broker listener is SASL; the `listener.name.*` keys of other listeners, and SASL
+    keys without a SASL listener, are listed as ignored."""
+    names = {listener.name: listener for listener in config.listeners}
+    by_listener: dict[str, dict[str, str]] = {}
     ignored = []
     for key, value in keys.items():
         if key == "sasl.enabled.mechanisms":
             continue
         try:
-            listener, suffix = split_listener_key(key)
+            name, suffix = split_listener_key(key)
             check_suffix(key, suffix, source)
         except ValueError as exc:
             raise ConfigError(str(exc) if str(exc).startswith(source)
                               else f"{source}: bad key {key!r}: {exc}") from None
-        if listener == config.listeners.name:
-            ours[suffix] = value
+        if name in names and names[name].uses_sasl:
+            by_listener.setdefault(name, {})[suffix] = value
         else:
             ignored.append(key)
-    if config.listeners.security_protocol not in SASL_PROTOCOLS:
+    sasl_listeners = [listener for listener in config.listeners if listener.uses_sasl]
+    if not sasl_listeners:
         ignored += [k for k in keys if k not in ignored]
+        if config.sasl_mechanism_inter_broker_protocol is not None:
+            ignored.append("sasl.mechanism.inter.broker.protocol")
         return dataclasses.replace(config, ignored_keys=config.ignored_keys + tuple(ignored))
-    try:
-        sasl, unused = listener_settings(config.listeners.name, ours, source=source,
-                                         default_mechanisms=keys.get("sasl.enabled.mechanisms"))
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
-    if "sasl.enabled.mechanisms" in ours and "sasl.enabled.mechanisms" in keys:
-        unused.append("sasl.enabled.mechanisms")  # the listener's own list wins, as in Kafka
-    return dataclasses.replace(config, sasl=sasl,
-                               ignored_keys=config.ignored_keys + tuple(ignored + unused))
+    found = {}
+    for listener in sasl_listeners:
+        ours = by_listener.get(listener.name, {})
+        try:
+            found[listener.name], unused = listener_settings(
+                listener.name, ours, source=source,
+                default_mechanisms=keys.get("sasl.enabled.mechanisms"))
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        if "sasl.enabled.mechanisms" in ours and "sasl.enabled.mechanisms" in keys:
+            unused.append("sasl.enabled.mechanisms")  # the listener's own list wins (Kafka)
+        ignored += unused
+    config = dataclasses.replace(config, listener_sasl=found)
+    inter = config.inter_broker_listener
+    credentials = None
+    if inter.uses_sasl and (config.zookeeper_connect is not None
+                            or config.sasl_mechanism_inter_broker_protocol is not None):
+        try:
+            credentials = inter_broker_sasl(
+                inter.name, found[inter.name].enabled_mechanisms,
+                config.sasl_mechanism_inter_broker_protocol, by_listener.get(inter.name, {}),
+                source=source)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        used = (f"{LISTENER_PREFIX}{inter.name}.{credentials.mechanism}"
+                f".sasl.jaas.config").lower()
+        ignored = [k for k in ignored if k.lower() != used]
+    elif config.sasl_mechanism_inter_broker_protocol is not None:
+        ignored.append("sasl.mechanism.inter.broker.protocol")
+    return dataclasses.replace(config, inter_broker_sasl=credentials,
+                               ignored_keys=config.ignored_keys
+                               + tuple(dict.fromkeys(ignored)))
 
 
 def load_config(path: Path | str | None, overrides: list[str] = ()) -> BrokerConfig:
@@ -506,20 +599,20 @@ WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::", "*"})
 
 
 def check_advertised_listener(config: BrokerConfig, resolve=socket.getaddrinfo) -> None:
-    """In a fleet, other appliances and every client dial the advertised address: a wildcard
+    """In a fleet, other appliances and every client dial the advertised addresses: a wildcard
     or a name that does not resolve would let bootstrap work and then strand clients (one of
     Kafka's commonest mistakes), so start-up stops here, naming the key."""
     key = "advertised.listeners" if config.advertised_listeners else "listeners"
-    host = config.advertised.host
-    if host in WILDCARD_HOSTS:
-        raise ConfigError(f"{key}: {config.advertised} is a wildcard address; a fleet needs "
-                          f"the address clients and other appliances reach this host at "
-                          f"(set advertised.listeners)")
-    try:
-        resolve(host, config.advertised.port, type=socket.SOCK_STREAM)
-    except (OSError, UnicodeError) as exc:
-        raise ConfigError(f"{key}: the host of {config.advertised} does not resolve: "
-                          f"{exc}") from None
+    for endpoint in config.advertised_endpoints:
+        if endpoint.host in WILDCARD_HOSTS:
+            raise ConfigError(f"{key}: {endpoint} is a wildcard address; a fleet needs "
+                              f"the address clients and other appliances reach this host at "
+                              f"(set advertised.listeners)")
+        try:
+            resolve(endpoint.host, endpoint.port, type=socket.SOCK_STREAM)
+        except (OSError, UnicodeError) as exc:
+            raise ConfigError(f"{key}: the host of {endpoint} does not resolve: "
+                              f"{exc}") from None
 
 
 def replace(config: BrokerConfig, **changes) -> BrokerConfig:

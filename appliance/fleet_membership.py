@@ -71,7 +71,8 @@ class FleetMembership:
     def register_node(self, index: int) -> None:
         try:
             self.member.register_node(node_id_for(self.config.broker_id, index),
-                                      self.config.advertised.port + index)
+                                      self.config.advertised.port + index,
+                                      node_endpoints(self.config, index))
         except ZooKeeperUnavailable as exc:
             log.error("worker %d serves but cannot join the fleet yet: %s", index, exc)
 
@@ -106,7 +107,9 @@ class FleetMembership:
 
     def view(self) -> FleetView:
         snapshot = self.member.snapshot()
-        nodes = {node_id: FleetNode(node_id, b.host, b.port, b.rack)
+        nodes = {node_id: FleetNode(node_id, b.host, b.port, b.rack,
+                                    tuple((name, host, port)
+                                          for name, _, host, port in b.endpoints))
                  for node_id, b in snapshot.brokers.items()}
         topics = {}
         for name, topic in snapshot.topics.items():
@@ -209,6 +212,12 @@ class FleetMembership:
             log.warning("no producer id block: %s", exc)
             return -1
         return next(self._producer_ids)
+
+
+def node_endpoints(config: BrokerConfig, index: int) -> tuple[tuple[str, str, str, int], ...]:
+    """Where worker `index` is reached on each listener, as its `/brokers/ids` znode says."""
+    return tuple((a.name, a.security_protocol, a.host, a.port + index)
+                 for a in config.advertised_endpoints)
 
 
 def leadership_config(config: BrokerConfig) -> LeadershipConfig:

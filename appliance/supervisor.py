@@ -62,6 +62,9 @@ class WorkerProcess:
     failed: bool = False
 
 
+PRIVATE_UMASK = 0o077
+
+
 @dataclass
 class Supervisor:
     config: BrokerConfig
@@ -75,7 +78,7 @@ class Supervisor:
         self._exit_code = 0
         self._ready_sent = False
         self._last_watchdog = 0.0
-        self.sockets: list[socket.socket] = []
+        self.sockets: list[list[socket.socket]] = []  # per worker, one per listener
         self.fleet: FleetMembership | None = None  # cluster mode only
         self._draining: ControlledShutdown | None = None  # cluster mode, after SIGTERM
         self.metrics: MetricsEndpoint | None = None  # with metrics.port only
@@ -84,6 +87,11 @@ class Supervisor:
 
     def run(self) -> int:
         """Serve until SIGTERM/SIGINT (exit 0) or a boot error (exit 1)."""
+        # What the appliance creates (log dirs and partition dirs 0700; segments, indexes,
+        # the catalog, meta.properties, credentials 0600) is its user's only, whatever umask
+        # it was started with: records and secrets are not for the host's other users. The
+        # workers inherit it. Directories an operator made beforehand keep their mode.
+        os.umask(PRIVATE_UMASK)
         for log_dir in self.config.log_dirs:
             log_dir.mkdir(parents=True, exist_ok=True)
         self.region = ApplianceRegion.create(self.config)
@@ -177,14 +185,22 @@ class Supervisor:
             claim_log_dir(log_dir, DiskIdentity(cluster, node_id_for(self.config.broker_id,
                                                                      index)))
 
-    def _bind(self, index: int) -> socket.socket:
-        listener = self.config.listeners
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((listener.host, listener.port + index))
-        sock.listen(1024)
-        sock.set_inheritable(True)
-        return sock
+    def _bind(self, index: int) -> list[socket.socket]:
+        """Worker `index`'s sockets: one per listener, on the listener's port + index."""
+        bound = []
+        try:
+            for listener in self.config.listeners:
+                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                bound.append(sock)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                sock.bind((listener.host, listener.port + index))
+                sock.listen(1024)
+                sock.set_inheritable(True)
+        except OSError:
+            for sock in bound:
+                sock.close()
+            raise
+        return bound
 
     def _install_signals(self) -> None:
         for signum in HANDLED_SIGNALS:
@@ -283,7 +299,7 @@ class Supervisor:
             log.error("reload refused, keeping the running config: %s", exc)
             return
         # SASL settings (mechanisms, PLAIN users) too; SCRAM users are re-read by themselves
-        fixed = [k for k in ("broker_id", "listeners", "log_dirs", "sasl",
+        fixed = [k for k in ("broker_id", "listeners", "log_dirs", "listener_sasl",
                              "connection_failed_authentication_delay_ms",
                              "authorizer_class_name", "super_users",
                              "allow_everyone_if_no_acl_found")
@@ -314,14 +330,16 @@ class Supervisor:
         self.region.worker_forked(worker.index, pid)
         self.control.attach(worker.index, parent_end)
         log.info("worker %d started (pid %d, port %d, disk %s)", worker.index, pid,
-                 self.config.listeners.port + worker.index, self.config.log_dirs[worker.index])
+                 self.config.first_listener.port + worker.index,
+                 self.config.log_dirs[worker.index])
 
     def _worker_child(self, index: int, child_end: socket.socket) -> int:
         """The body of a forked worker (signal handlers already reset): it keeps only its own
         listening socket, then serves until told to stop."""
-        for other, sock in enumerate(self.sockets):
+        for other, sockets in enumerate(self.sockets):
             if other != index:
-                sock.close()
+                for sock in sockets:
+                    sock.close()
         return worker_main(self.config, index, self.sockets[index], child_end, self.region.name)
 
     def _inherited_by_children(self) -> list:
@@ -410,7 +428,7 @@ class Supervisor:
         if serving and not self._ready_sent:
             self._ready_sent = True
             sd_notify.notify(f"READY=1\nSTATUS=serving {len(live)} worker(s) on "
-                             f"{self.config.listeners}")
+                             f"{','.join(map(str, self.config.listeners))}")
             log.info("appliance ready: %d worker(s) serving", len(live))
         interval = sd_notify.watchdog_interval_s()
         if interval and serving and time.monotonic() - self._last_watchdog >= interval:
@@ -429,8 +447,9 @@ class Supervisor:
         while self._alive_pids():
             self._reap()
             time.sleep(0.01)
-        for sock in self.sockets:
-            sock.close()
+        for sockets in self.sockets:
+            for sock in sockets:
+                sock.close()
         region = getattr(self, "region", None)
         if region is not None:
             region.unlink()

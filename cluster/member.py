@@ -121,11 +121,13 @@ class ClusterMember:
 
     # nodes ----------------------------------------------------------------------------------
 
-    def register_node(self, node_id: int, port: int) -> None:
-        """A worker serves: it joins the fleet's live nodes."""
+    def register_node(self, node_id: int, port: int,
+                      endpoints: tuple[tuple[str, str, str, int], ...] = ()) -> None:
+        """A worker serves: it joins the fleet's live nodes, at `endpoints` (listener name,
+        security protocol, host, port; none: PLAINTEXT at this member's host and `port`)."""
         self.session.register(znodes.broker_path(node_id),
-                              znodes.BrokerRegistration(node_id, self.host, port,
-                                                        self.rack).encode())
+                              znodes.BrokerRegistration(node_id, self.host, port, self.rack,
+                                                        endpoints).encode())
         self.wake()
 
     def unregister_node(self, node_id: int) -> None:

@@ -90,26 +90,61 @@ def _dump(raw: dict) -> bytes:
 
 @dataclass(frozen=True)
 class BrokerRegistration:
-    """`/brokers/ids/<node>` (ephemeral), Kafka's version 5 JSON: one per serving worker."""
+    """`/brokers/ids/<node>` (ephemeral), Kafka's version 5 JSON: one per serving worker.
+
+    `endpoints` are (listener name, security protocol, host, port), written as Kafka writes
+    them (`endpoints` and `listener_security_protocol_map`; `host`/`port` the PLAINTEXT one,
+    or null and -1 without one). Without endpoints, `host`/`port` is a PLAINTEXT listener, as
+    before several listeners. Decoded, `host`/`port` are the PLAINTEXT endpoint's, else the
+    first endpoint's."""
 
     node_id: int
     host: str
     port: int
     rack: str | None = None
+    endpoints: tuple[tuple[str, str, str, int], ...] = ()
 
     def encode(self) -> bytes:
-        return _dump({"version": 5, "host": self.host, "port": self.port,
-                      "endpoints": [f"PLAINTEXT://{self.host}:{self.port}"], "rack": self.rack,
-                      "jmx_port": -1, "timestamp": str(int(time.time() * 1000)),
-                      "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"}})
+        endpoints = self.endpoints or (("PLAINTEXT", "PLAINTEXT", self.host, self.port),)
+        plaintext = next(((h, p) for _, protocol, h, p in endpoints
+                          if protocol == "PLAINTEXT"), (None, -1))
+        return _dump({"version": 5, "host": plaintext[0], "port": plaintext[1],
+                      "endpoints": [f"{name}://{_bracketed(h)}:{p}"
+                                    for name, _, h, p in endpoints],
+                      "rack": self.rack, "jmx_port": -1,
+                      "timestamp": str(int(time.time() * 1000)),
+                      "listener_security_protocol_map": {name: protocol for name, protocol, _, _
+                                                         in endpoints}})
 
     @classmethod
     def decode(cls, node_id: int, data: bytes, path: str) -> BrokerRegistration:
         raw = _load(data, path)
         try:
-            return cls(node_id, str(raw["host"]), int(raw["port"]), raw.get("rack"))
+            endpoints = _endpoints(raw)
+            host, port = raw.get("host"), raw.get("port", -1)
+            if host is None and endpoints:
+                host, port = endpoints[0][2], endpoints[0][3]
+            return cls(node_id, str(host), int(port), raw.get("rack"), endpoints)
         except (KeyError, TypeError, ValueError) as exc:
             raise ZnodeError(f"{path}: not a broker registration: {exc}") from None
+
+
+def _bracketed(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def _endpoints(raw: dict) -> tuple[tuple[str, str, str, int], ...]:
+    """Kafka's `endpoints` strings with their protocols from `listener_security_protocol_map`
+    (default: the name is the protocol)."""
+    protocols = raw.get("listener_security_protocol_map") or {}
+    found = []
+    for text in raw.get("endpoints") or ():
+        name, sep, rest = str(text).partition("://")
+        host, colon, port = rest.rpartition(":")
+        if not sep or not colon:
+            raise ValueError(f"endpoint {text!r} is not NAME://host:port")
+        found.append((name, str(protocols.get(name, name)), host.strip("[]"), int(port)))
+    return tuple(found)
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,8 @@
 
 ``security_protocol`` is PLAINTEXT (the default), SSL (klog/tls.py), SASL_PLAINTEXT or
 SASL_SSL (TLS first, then SASL on it); with SASL, ``sasl_mechanism`` (PLAIN, SCRAM-SHA-256 or
-SCRAM-SHA-512), ``sasl_plain_username`` and ``sasl_plain_password`` are required.
+SCRAM-SHA-512), ``sasl_plain_username`` and ``sasl_plain_password`` are required. The
+protocol is read in any case (``"sasl_ssl"``), the mechanism as written.
 
 :func:`sasl_exchange` is the conversation every new connection has after ApiVersions, as a
 generator both wire layers drive (the blocking one and the asyncio one): it yields ``(api
@@ -36,6 +37,10 @@ class ClientSecurity:
     sasl_plain_password: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
+        if isinstance(self.security_protocol, str):  # any case, as the Java client and
+            # librdkafka read it (kafka-python compares in capitals: "sasl_ssl" there would
+            # silently mean plaintext); the mechanism is a SASL name and stays as given
+            object.__setattr__(self, "security_protocol", self.security_protocol.upper())
         if self.security_protocol not in PROTOCOLS:
             raise ValueError(f"security_protocol: expected one of {', '.join(PROTOCOLS)}, got "
                              f"{self.security_protocol!r}")

@@ -16,14 +16,19 @@ LOOKUP_TIMEOUT_MS = 30_000
 
 
 class LogLookups:
-    def __init__(self, bootstrap_servers: str, consumer_options: dict | None = None):
+    def __init__(self, bootstrap_servers: str, consumer_options: dict | None = None,
+                 security_options: dict | None = None):
+        """``security_options``: klog's client's (SourceOptions.security_options), for the
+        Admin; the consumer has them in ``consumer_options``."""
         self.bootstrap_servers = bootstrap_servers
+        self._security = dict(security_options or {})
         settings = {"client_id": "klog-spark", **(consumer_options or {})}
         self._consumer = Consumer(bootstrap_servers=bootstrap_servers, **settings)
 
     @classmethod
     def for_options(cls, options: SourceOptions) -> LogLookups:
-        return cls(options.bootstrap_servers, options.consumer_options())
+        return cls(options.bootstrap_servers, options.consumer_options(),
+                   options.security_options())
 
     def __enter__(self) -> LogLookups:
         return self
@@ -45,7 +50,7 @@ class LogLookups:
                     raise ValueError(f"topic {topic!r} has no partition {absent}")
             return list(subscription.assigned)
         if subscription.kind == "pattern":
-            with Admin(self.bootstrap_servers) as admin:
+            with Admin(self.bootstrap_servers, **self._security) as admin:
                 topics = [t for t in admin.list_topics()
                           if not t.startswith("__") and subscription.matches(t)]
         else:
@@ -56,7 +61,7 @@ class LogLookups:
         """The topic's ``message.timestamp.type`` (CreateTime or LogAppendTime), "unknown"
         if the broker does not say."""
         try:
-            with Admin(self.bootstrap_servers) as admin:
+            with Admin(self.bootstrap_servers, **self._security) as admin:
                 return admin.topic_configs(topic).get("message.timestamp.type") or "unknown"
         except KlogError:
             return "unknown"

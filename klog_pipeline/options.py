@@ -17,7 +17,13 @@ Names and meanings follow Spark's Kafka source so a query can switch formats unc
 - ``minPartitions``, ``maxOffsetsPerTrigger`` (streaming), ``failOnDataLoss`` (default true),
   ``includeHeaders`` (default false), ``kafkaConsumer.pollTimeoutMs`` (default 120000);
 - ``kafka.<key>``: passed to ``klog.Consumer`` as ``<key>`` with dots as underscores
-  (``kafka.max.partition.fetch.bytes=8388608``); an unknown key fails as the client does.
+  (``kafka.max.partition.fetch.bytes=8388608``); an unknown key fails as the client does;
+- security, klog's client's (kafka-python's) names, given as they are (``security_protocol``,
+  ``ssl_cafile``, ``ssl_certfile``, ``ssl_keyfile``, ``ssl_password``, ``ssl_check_hostname``,
+  ``sasl_mechanism``, ``sasl_plain_username``, ``sasl_plain_password``) or with dots after
+  ``kafka.`` (``kafka.security.protocol``, ``kafka.sasl.plain.username``): kept as text (a
+  password of digits stays a string) and passed to every client the source opens, the lookups'
+  ``klog.Admin`` included.
 
 Every mistake is a ValueError that names the option.
 """
@@ -38,6 +44,11 @@ DEFAULT_POLL_TIMEOUT_MS = 120_000
 DEFAULT_CONSUMER = (("max_partition_fetch_bytes", 4 * 1024 * 1024), ("fetch_max_wait_ms", 100))
 
 TopicPartitionKey = tuple[str, int]
+
+# klog.Consumer's and klog.Admin's security options (klog/security.py, klog/tls.py)
+SECURITY_OPTIONS = ("security_protocol", "ssl_cafile", "ssl_certfile", "ssl_keyfile",
+                    "ssl_password", "ssl_check_hostname", "sasl_mechanism",
+                    "sasl_plain_username", "sasl_plain_password")
 
 
 @dataclass(frozen=True)
@@ -82,9 +93,14 @@ class SourceOptions:
     include_headers: bool = False
     poll_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS
     consumer: tuple[tuple[str, object], ...] = field(default=DEFAULT_CONSUMER)
+    security: tuple[tuple[str, object], ...] = field(default=(), repr=False)  # secrets inside
 
     def consumer_options(self) -> dict[str, object]:
-        return dict(self.consumer)
+        return {**dict(self.consumer), **dict(self.security)}
+
+    def security_options(self) -> dict[str, object]:
+        """For the clients other than the consumer (the lookups' Admin)."""
+        return dict(self.security)
 
 
 def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
@@ -112,6 +128,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptio
         poll_timeout_ms=_positive(opts, "kafkaconsumer.polltimeoutms",
                                   "kafkaConsumer.pollTimeoutMs") or DEFAULT_POLL_TIMEOUT_MS,
         consumer=tuple({**dict(DEFAULT_CONSUMER), **_passthrough(opts)}.items()),
+        security=_security(options),
     )
 
 
@@ -233,12 +250,33 @@ def _flag(opts: dict[str, str], key: str, name: str, default: bool) -> bool:
 
 
 def _passthrough(opts: dict[str, str]) -> dict[str, object]:
-    """``kafka.max.partition.fetch.bytes=…`` → ``{"max_partition_fetch_bytes": …}``."""
+    """``kafka.max.partition.fetch.bytes=…`` → ``{"max_partition_fetch_bytes": …}`` (the
+    security ones apart: `_security`)."""
     out: dict[str, object] = {}
     for key, value in opts.items():
         if key.startswith("kafka.") and key != "kafka.bootstrap.servers":
-            out[key[len("kafka."):].replace(".", "_")] = _typed(value)
+            name = key[len("kafka."):].replace(".", "_")
+            if name not in SECURITY_OPTIONS:
+                out[name] = _typed(value)
     return out
+
+
+def _security(options: Mapping[str, str]) -> tuple[tuple[str, object], ...]:
+    """The security options, by either spelling (the module docstring); the values exactly
+    as given (Spark lowercases no value), ``ssl_check_hostname`` as a flag."""
+    given: dict[str, str] = {}
+    for key, value in options.items():
+        low = str(key).lower()
+        name = low[len("kafka."):].replace(".", "_") if low.startswith("kafka.") else low
+        if name in SECURITY_OPTIONS:
+            if name in given and given[name] != str(value):
+                raise ValueError(f"option {name!r} is given twice with different values")
+            given[name] = str(value)
+    out: dict[str, object] = dict(given)
+    if "ssl_check_hostname" in given:
+        out["ssl_check_hostname"] = _flag(given, "ssl_check_hostname", "ssl_check_hostname",
+                                          True)
+    return tuple(sorted(out.items()))
 
 
 def _typed(value: str) -> object:

@@ -78,7 +78,15 @@ class Appliance:
             "num.partitions": "1",
             "log.segment.bytes": str(64 * 1024 * 1024),
         }
-        lines.update(settings or {})
+        # a second listener's ports: "{port2}" in a setting (e.g. listeners=A://h:{port},
+        # B://h:{port2}) stands for a range of free ports apart from the first listener's
+        self.port2 = None
+        if any("{port2}" in str(v) for v in (settings or {}).values()):
+            self.port2 = free_ports(log_dirs)
+            while abs(self.port2 - self.port) < log_dirs:
+                self.port2 = free_ports(log_dirs)
+        lines.update({k: str(v).replace("{port}", str(self.port))
+                      .replace("{port2}", str(self.port2)) for k, v in (settings or {}).items()})
         self.settings = lines
         self.config.write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
         self.process: subprocess.Popen | None = None

@@ -201,8 +201,10 @@ def _strings(raw) -> dict[str, str]:
 
 
 def _node(raw) -> FleetNode:
-    node_id, host, port, rack = raw
-    return FleetNode(_int(node_id), _str(host), _int(port), None if rack is None else _str(rack))
+    node_id, host, port, rack, *endpoints = raw
+    return FleetNode(_int(node_id), _str(host), _int(port), None if rack is None else _str(rack),
+                     tuple((_str(n), _str(h), _int(p)) for n, h, p in
+                           (endpoints[0] if endpoints else ())))
 
 
 def _as_is(value):
@@ -237,7 +239,8 @@ _CODECS: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {
     "TopicInfo": (TopicInfo.to_dict, TopicInfo.from_dict),
     "tuple[TopicInfo, ...]": (lambda topics: [t.to_dict() for t in topics],
                               lambda raw: tuple(TopicInfo.from_dict(t) for t in raw)),
-    "tuple[FleetNode, ...]": (lambda nodes: [[n.node_id, n.host, n.port, n.rack] for n in nodes],
+    "tuple[FleetNode, ...]": (lambda nodes: [[n.node_id, n.host, n.port, n.rack,
+                                              [list(e) for e in n.endpoints]] for n in nodes],
                               lambda raw: tuple(_node(n) for n in raw)),
     "dict[int, dict[str, str]]": (lambda configs: [[n, c] for n, c in configs.items()],
                                   lambda raw: {_int(n): _strings(c) for n, c in raw}),

@@ -150,7 +150,7 @@ class FleetRelay:
         terms. Cheap when nothing changed (one snapshot, dict comparisons)."""
         view: FleetView = self.fleet.view()
         nodes = {node_id: FleetNode(n.node_id, n.host, n.port,
-                                    appliance_rack(node_id // NODES_PER_APPLIANCE))
+                                    appliance_rack(node_id // NODES_PER_APPLIANCE), n.endpoints)
                  for node_id, n in view.nodes.items()}
         controller = (view.controller_id * NODES_PER_APPLIANCE
                       if view.controller_id >= 0 else -1)

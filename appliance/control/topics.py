@@ -77,12 +77,25 @@ def appliance_rack(broker_id: int) -> str:
 
 @dataclass(frozen=True)
 class FleetNode:
-    """A live node of the fleet (a worker of some appliance), as Metadata lists it."""
+    """A live node of the fleet (a worker of some appliance), as Metadata lists it.
+    `endpoints` are its (listener name, host, port) as registered; `host`/`port` its default
+    one (an endpoint-less node, as before several listeners, has only these)."""
 
     node_id: int
     host: str
     port: int
     rack: str | None = None
+    endpoints: tuple[tuple[str, str, int], ...] = ()
+
+    def on(self, listener: str) -> FleetNode | None:
+        """This node at its endpoint of `listener` ("": the default), None when it has no
+        such listener (Kafka leaves such brokers out of the answer)."""
+        if not listener or not self.endpoints:
+            return self
+        for name, host, port in self.endpoints:
+            if name == listener:
+                return FleetNode(self.node_id, host, port, self.rack, self.endpoints)
+        return None
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ records each worker's life cycle, mirrors the controller's partition placement i
 STOPPING, and publishes its partitions through ``partitions``. `klog status` uses
 ``open_status`` (read-only) and ``snapshot``.
 
-The config is duck-typed (``broker_id``, ``log_dirs``, ``listeners.port``; optional
+The config is duck-typed (``broker_id``, ``log_dirs``, ``first_listener.port``; optional
 ``shm_max_partitions`` and ``shm_index_entries``) because the shm package imports nothing else
 of klog's. Wall-clock milliseconds are what the region stores (`klog status` runs in another
 process, so a monotonic clock would not compare).
@@ -67,7 +67,7 @@ class ApplianceRegion:
             log.warning("reclaimed the shared-memory region %s left by pid %d", region.name,
                         region.reclaimed_from_pid)
         for index, log_dir in enumerate(config.log_dirs):
-            region.workers.set_worker(index, pid=0, port=config.listeners.port + index,
+            region.workers.set_worker(index, pid=0, port=config.first_listener.port + index,
                                       state=WorkerState.EMPTY, restarts=0, started_at_ms=0,
                                       log_dir=os.path.abspath(log_dir))
         return cls(region)

@@ -160,6 +160,7 @@ class ServerTls:
 
 
 def check_files(config: BrokerConfig) -> None:
-    """At start: raise ConfigError if the listener is TLS and its files do not load."""
-    if config.listeners.security_protocol in ("SSL", "SASL_SSL"):
-        build_server_context(config)
+    """At start: raise ConfigError if the files of a TLS listener do not load."""
+    for listener in config.listeners:
+        if listener.uses_tls:
+            build_server_context(config.tls_config(listener.name))

@@ -3,7 +3,7 @@
 Only PEM keystores and truststores load (Python's `ssl` reads PEM): a Kafka file naming JKS or
 PKCS12 is refused at start with the key named, rather than failing at the first handshake.
 Only TLS 1.2 and 1.3 are served. `listener.name.<listener>.ssl.<key>` (Kafka's per-listener
-form) overrides `ssl.<key>` for the listener klog serves.
+form) overrides `ssl.<key>` for that listener.
 """
 
 from __future__ import annotations
@@ -112,26 +112,22 @@ SSL_IGNORED = frozenset({
 PER_LISTENER_PREFIX = "listener.name."
 
 
-def apply_listener_overrides(settings: dict[str, str],
-                             listener_name: str | None) -> tuple[dict[str, str], list[str]]:
-    """`listener.name.<name>.ssl.*` keys folded into `ssl.*` for the served listener (Kafka
-    writes the name in lower case; any case matches). Those of other listeners are returned
-    as ignored: klog serves one listener per appliance. Other `listener.name.*` keys (SASL's)
-    are left as they are."""
+def split_listener_ssl(settings: dict[str, str]) -> tuple[
+        dict[str, str], dict[str, list[tuple[str, str, str]]]]:
+    """`listener.name.<name>.ssl.*` keys taken out of `settings`, per listener (upper-case
+    name; Kafka writes it in lower case, any case matches) as (key as written, `ssl.*` key,
+    value): each overrides `ssl.*` for that listener only. Other `listener.name.*` keys
+    (SASL's) are left as they are."""
     result = dict(settings)
-    ignored = []
+    per_listener: dict[str, list[tuple[str, str, str]]] = {}
     for key in list(settings):
         if not key.startswith(PER_LISTENER_PREFIX):
             continue
         name, dot, rest = key[len(PER_LISTENER_PREFIX):].partition(".")
-        if not dot or not rest.startswith("ssl."):
+        if not dot or not name or not rest.startswith("ssl."):
             continue
-        value = result.pop(key)
-        if listener_name is not None and name.upper() == listener_name.upper():
-            result[rest] = value
-        else:
-            ignored.append(key)
-    return result, ignored
+        per_listener.setdefault(name.upper(), []).append((key, rest, result.pop(key)))
+    return result, per_listener
 
 
 def check_tls_listener(config, key: str) -> str | None:

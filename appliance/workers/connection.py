@@ -60,8 +60,11 @@ def _resolve(future: asyncio.Future, body) -> None:
 class KafkaConnection(asyncio.Protocol):
     """The asyncio protocol of one client connection to a worker."""
 
-    def __init__(self, worker):
+    def __init__(self, worker, listener=None):
         self.worker = worker
+        # the listener it came in on (appliance.listeners.Listener; None: the first one)
+        self.listener = listener
+        self.listener_name = listener.name if listener is not None else ""
         self.codec = ServerConnection(max_frame_bytes=worker.config.socket_request_max_bytes)
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
@@ -75,7 +78,7 @@ class KafkaConnection(asyncio.Protocol):
         self._host = "?"
         self.last_received_s = time.monotonic()
         # SASL listeners: the connection's authenticator until it succeeds (authentication.py)
-        self.auth = worker.new_authenticator()
+        self.auth = worker.new_authenticator(listener)
         self._close_after = None  # the request whose answer is the last one (SASL failures)
         self.tls = False  # an SSL listener's connection: fetches cannot use sendfile
         # Kafka's principal, for the authorizer: User:<name> once SASL authenticated, the
@@ -152,6 +155,7 @@ class KafkaConnection(asyncio.Protocol):
                 break
             request.client_host = self.peer_host
             request.principal = self.principal
+            request.listener = self.listener_name
             self._queue.append((request, self._dispatch(request), now))
         self._update_reading()
         self._flush()

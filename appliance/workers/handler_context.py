@@ -44,13 +44,16 @@ class HandlerContext(Protocol):
 
     def now_ms(self) -> int: ...
 
-    def nodes(self) -> list[FleetNode]:
-        """The nodes that serve now, as Metadata lists them."""
+    def nodes(self, listener: str = "") -> list[FleetNode]:
+        """The nodes that serve now, at their endpoints of `listener`, as Metadata lists
+        them."""
 
     def node_id_of(self, worker_index: int) -> int: ...
 
-    def partition_leader(self, info: TopicInfo, index: int) -> FleetNode | None:
-        """The live node leading a partition, or None while it is offline."""
+    def partition_leader(self, info: TopicInfo, index: int,
+                         listener: str = "") -> FleetNode | None:
+        """The live node leading a partition (at its endpoint of `listener`), or None while it
+        is offline."""
 
     def leads(self, topic: str, index: int) -> bool:
         """Whether appends to the partition belong to this worker."""

@@ -2,11 +2,11 @@
 
 The child has reset its signal handlers to the defaults (the supervisor did that before calling
 here). This installs the worker's own: SIGTERM and SIGINT stop it gracefully. It waits for the
-catalog from the supervisor, opens and recovers its partitions, serves on the socket the
-supervisor bound, beats its heartbeat in the shared-memory region, and exits when told to stop
-or when the supervisor disappears (its control channel closes). Exit codes are named in
-`appliance.exit_codes`: a disk that cannot be read at start is DISK_FAILED, anything else
-that prevents starting is BOOT_ERROR.
+catalog from the supervisor, opens and recovers its partitions, serves on the sockets the
+supervisor bound (one per listener), beats its heartbeat in the shared-memory region, and
+exits when told to stop or when the supervisor disappears (its control channel closes). Exit
+codes are named in `appliance.exit_codes`: a disk that cannot be read at start is DISK_FAILED,
+anything else that prevents starting is BOOT_ERROR.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ HEARTBEAT_INTERVAL_S = 1.0
 GIL_SWITCH_INTERVAL_S = 0.0005
 
 
-def worker_main(config: BrokerConfig, index: int, sock: socket.socket,
+def worker_main(config: BrokerConfig, index: int, sock: list[socket.socket],
                 control_sock: socket.socket, region_name: str) -> int:
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     try:
@@ -74,8 +74,8 @@ async def _serve(worker: Worker, sock, control: ControlPlaneClient, region) -> i
     heartbeat = asyncio.ensure_future(_beat(region, worker.index))
     region.worker_serving(worker.index)
     control.tell(Ready())
-    log.info("worker %d serving %d partition(s) on port %d (node %d)", worker.index,
-             len(worker.partitions), worker.bound_port, worker.node_id)
+    log.info("worker %d serving %d partition(s) on port(s) %s (node %d)", worker.index,
+             len(worker.partitions), ",".join(map(str, worker.bound_ports)), worker.node_id)
     await stop.wait()
     heartbeat.cancel()
     region.worker_stopping(worker.index)

@@ -22,6 +22,7 @@ from appliance.control.channel import Reload
 from appliance.control.interface import ControlPlane
 from appliance.control.topics import FleetNode, TopicInfo, appliance_rack
 from appliance.identity import node_id_for
+from appliance.listeners import Listener
 from appliance.scram_credentials import ScramCredentialFile, credentials_path
 from appliance.segments.errors import StorageError
 from appliance.segments.group_commit import GroupCommitter
@@ -38,6 +39,7 @@ from appliance.workers.groups.offsets_log import OFFSETS_TOPIC
 from appliance.workers.handlers import HANDLERS
 from appliance.workers.handlers.api_versions import advertised_versions
 from appliance.workers.replication.context import ReplicaContext
+from appliance.workers.replication.dialing import LinkSecurity, link_security
 from appliance.workers.replication.manager import ReplicaManager
 from appliance.workers.replication.waiters import AppendWaiters
 from appliance.workers.shared_state import Publisher, RemoteLogs
@@ -76,7 +78,8 @@ class Worker:
             node_id=self.node_id, worker_index=index, log_dir=self.log_dir,
             control=control, publisher=Publisher(region, index), waiters=self.waiters,
             committer=self.committer, replica_lag_time_max_ms=config.replica_lag_time_max_ms,
-            statistics=self.statistics, clock=clock), config.log_defaults)
+            statistics=self.statistics, clock=clock,
+            link_security=self._link_security()), config.log_defaults)
         self.partitions = self.replication.replicas
         self.groups = GroupCoordinator(self)
         self.handlers = dict(HANDLERS)
@@ -84,21 +87,30 @@ class Worker:
         self.connections: set[KafkaConnection] = set()
         self.guard = ConnectionGuard(max_connections=config.max_connections,
                                      max_connections_per_ip=config.max_connections_per_ip)
-        self.port = config.listeners.port + index
-        # SASL listener: the SCRAM file of the appliance alone, re-read when it changes
+        self.port = config.first_listener.port + index
+        # SASL listeners: the SCRAM file of the appliance alone, re-read when it changes
         self.scram_credentials = (ScramCredentialFile(credentials_path(config.log_dirs[0]))
-                                  if config.sasl is not None else None)
+                                  if config.listener_sasl else None)
         # authorizer.class.name set: ACL checks in every handler (appliance/workers/access.py)
         self.authorizer = config.authorizer
-        self._server: asyncio.base_events.Server | None = None
+        self._servers: list[asyncio.base_events.Server] = []
         self._tasks: list[asyncio.Task] = []
+        # listener name -> its TLS (TLS listeners only), each with its own ssl.* settings
         self.tls = self._server_tls(config)
 
-    def new_authenticator(self) -> Authenticator | None:
-        """A new connection's SASL state, or None on a listener without SASL."""
-        if self.config.sasl is None:
+    def _link_security(self) -> LinkSecurity:
+        """How this worker's replica fetchers dial leaders; plaintext alone (no fleet)."""
+        if self.control.fleet_nodes is None and not self.config.zookeeper_connect:
+            return LinkSecurity()
+        return link_security(self.config, self.cluster_id, self.node_id)
+
+    def new_authenticator(self, listener: Listener | None = None) -> Authenticator | None:
+        """A new connection's SASL state on `listener` (default: the first), or None on a
+        listener without SASL."""
+        settings = self.config.sasl_for((listener or self.config.first_listener).name)
+        if settings is None:
             return None
-        return Authenticator(self.config.sasl, self.scram_credentials)
+        return Authenticator(settings, self.scram_credentials)
 
     # facts handlers need -----------------------------------------------------------------
 
@@ -121,25 +133,31 @@ class Worker:
             return self.control.fleet_controller_id
         return node_id_for(self.config.broker_id, 0)
 
-    def _local_node(self, worker_index: int) -> FleetNode:
-        advertised = self.config.advertised
+    def _local_node(self, worker_index: int, listener: str = "") -> FleetNode:
+        advertised = self.config.advertised_for(listener or self.config.first_listener.name)
         # The workers of one appliance share a rack: klog's client spreads reads over them.
         return FleetNode(self.node_id_of(worker_index), advertised.host,
                          advertised.port + worker_index, appliance_rack(self.config.broker_id))
 
-    def nodes(self) -> list[FleetNode]:
-        """The nodes that serve now: clients must not be sent to a dead one's port."""
+    def nodes(self, listener: str = "") -> list[FleetNode]:
+        """The nodes that serve now, at their endpoints of `listener` (the one the request
+        came in on, as Kafka answers; "": the first): clients must not be sent to a dead
+        one's port, nor to another listener's."""
         if self.control.fleet_nodes is not None:
-            return sorted(self.control.fleet_nodes.values(), key=lambda n: n.node_id)
-        return [self._local_node(i) for i in range(len(self.config.log_dirs))
+            found = (node.on(listener) for node in self.control.fleet_nodes.values())
+            return sorted((n for n in found if n is not None), key=lambda n: n.node_id)
+        return [self._local_node(i, listener) for i in range(len(self.config.log_dirs))
                 if self.is_serving(i)]
 
-    def partition_leader(self, info: TopicInfo, index: int) -> FleetNode | None:
-        """The live node that leads a partition, or None while it has none (offline)."""
+    def partition_leader(self, info: TopicInfo, index: int,
+                         listener: str = "") -> FleetNode | None:
+        """The live node that leads a partition, at its endpoint of `listener`, or None while
+        it has none (offline, or not on that listener)."""
         if info.leadership is None:
             owner = info.owners[index]
-            return self._local_node(owner) if self.is_serving(owner) else None
-        return self.control.fleet_nodes.get(info.leadership[index].leader)
+            return self._local_node(owner, listener) if self.is_serving(owner) else None
+        node = self.control.fleet_nodes.get(info.leadership[index].leader)
+        return None if node is None else node.on(listener)
 
     def leads(self, topic: str, index: int) -> bool:
         """Whether appends to this partition belong here: its log is ours, and in cluster mode
@@ -204,16 +222,15 @@ class Worker:
             self.config, log_defaults=reload.log_defaults, num_partitions=reload.num_partitions,
             log_retention_check_interval_ms=reload.log_retention_check_interval_ms)
         self.partitions.defaults = self.control.defaults
-        if self.tls is not None:
-            self.tls.reload()  # new connections get the re-read certificate
+        for tls in self.tls.values():
+            tls.reload()  # new connections get the re-read certificate
         log.info("worker %d reloaded its settings", self.index)
 
     @staticmethod
-    def _server_tls(config: BrokerConfig) -> ServerTls | None:
-        """An SSL listener's context, built in this process (one per worker)."""
-        if config.listeners.security_protocol in ("SSL", "SASL_SSL"):
-            return ServerTls(config)
-        return None
+    def _server_tls(config: BrokerConfig) -> dict[str, ServerTls]:
+        """Each TLS listener's context, built in this process (one per worker)."""
+        return {listener.name: ServerTls(config.tls_config(listener.name))
+                for listener in config.listeners if listener.uses_tls}
 
     def _on_topic_change(self, name, info) -> None:
         if info is None:
@@ -231,18 +248,31 @@ class Worker:
             if name == OFFSETS_TOPIC:  # in the same step as the roles: no truncation between
                 self.groups.follow_leadership()
 
-    async def serve(self, sock: socket.socket | None = None) -> None:
-        """Start accepting on `sock` (bound by the caller) or on the configured listener."""
+    async def serve(self, sockets=None) -> None:
+        """Start accepting on `sockets` (one per listener, in the order of `listeners`, bound
+        by the caller; a single socket stands for the first listener) or on the configured
+        listeners (port + this worker's index). Each connection knows its listener."""
         loop = asyncio.get_running_loop()
-        tls = None if self.tls is None else self.tls.context
-        if sock is None:
-            host = self.config.listeners.host
-            self._server = await loop.create_server(
-                lambda: KafkaConnection(self), host, self.port, reuse_address=True, backlog=1024,
-                ssl=tls)
-        else:
-            self._server = await loop.create_server(lambda: KafkaConnection(self), sock=sock,
-                                                    backlog=1024, ssl=tls)
+        if isinstance(sockets, socket.socket):
+            sockets = [sockets]
+        for position, listener in enumerate(self.config.listeners):
+            sock = sockets[position] if sockets is not None else None
+            if sockets is not None and sock is None:
+                continue
+            tls = self.tls.get(listener.name)
+            context = None if tls is None else tls.context
+
+            def factory(listener=listener):
+                return KafkaConnection(self, listener)
+
+            if sock is None:
+                server = await loop.create_server(
+                    factory, listener.host, listener.port + self.index, reuse_address=True,
+                    backlog=1024, ssl=context)
+            else:
+                server = await loop.create_server(factory, sock=sock, backlog=1024,
+                                                  ssl=context)
+            self._servers.append(server)
         self._tasks = [asyncio.ensure_future(self._retention_loop()),
                        asyncio.ensure_future(self._flush_loop()),
                        asyncio.ensure_future(self._close_idle_connections()),
@@ -253,12 +283,17 @@ class Worker:
 
     @property
     def bound_port(self) -> int:
-        return self._server.sockets[0].getsockname()[1]
+        """The first listener's port."""
+        return self._servers[0].sockets[0].getsockname()[1]
+
+    @property
+    def bound_ports(self) -> list[int]:
+        return [server.sockets[0].getsockname()[1] for server in self._servers]
 
     async def stop(self) -> None:
         """Stop accepting, answer what is in flight (briefly), flush and close the logs."""
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
         for task in self._tasks:
             task.cancel()
         self.groups.stop()

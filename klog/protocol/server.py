@@ -77,6 +77,7 @@ class Request:
     detail: str | None = None  # why decoding failed, for the log
     client_host: str = ""  # the peer's address, set by the server's I/O layer (DescribeGroups)
     principal: str = ANONYMOUS  # who sent it: User:<name> after SASL, the certificate's on TLS
+    listener: str = ""  # the name of the server's listener it came in on ("" if not told)
 
     @property
     def api_key(self) -> int:

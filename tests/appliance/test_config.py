@@ -44,7 +44,7 @@ def test_kafka_keys_map_to_typed_fields(tmp_path: Path):
         "num.network.threads": "8",
     })
     assert config.broker_id == 3
-    assert config.listeners == Listener("127.0.0.1", 19092)
+    assert config.listeners == (Listener("127.0.0.1", 19092),)
     assert config.log_dirs == (tmp_path / "a", tmp_path / "b")
     assert config.num_partitions == 6
     assert config.log_defaults.segment_bytes == 1048576
@@ -187,6 +187,6 @@ def test_leadership_keys_have_kafkas_defaults_and_are_read():
 def test_a_listener_name_takes_its_security_protocol_from_the_map():
     config = build_config({"listeners": "client://127.0.0.1:9092",
                            "listener.security.protocol.map": "CLIENT:PLAINTEXT,REPL:PLAINTEXT"})
-    assert config.listeners == Listener("127.0.0.1", 9092, "CLIENT", "PLAINTEXT")
-    assert str(config.listeners) == "CLIENT://127.0.0.1:9092"
-    assert build_config({}).listeners.security_protocol == "PLAINTEXT"
+    assert config.listeners == (Listener("127.0.0.1", 9092, "CLIENT", "PLAINTEXT"),)
+    assert str(config.first_listener) == "CLIENT://127.0.0.1:9092"
+    assert build_config({}).first_listener.security_protocol == "PLAINTEXT"

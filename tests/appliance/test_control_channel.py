@@ -76,7 +76,8 @@ MESSAGES = [
     TopicDeleted("orders"),
     Reload(LogConfig(segment_bytes=1 << 20, retention_ms=60_000), 6, 30_000),
     Fleet(100, (FleetNode(100, "10.0.0.1", 9092, "klog-appliance-1"),
-                FleetNode(201, "10.0.0.2", 9093, None)),
+                FleetNode(201, "10.0.0.2", 9093, None,
+                          (("CLIENT", "10.0.0.2", 9093), ("REPLICATION", "10.1.0.2", 9193)))),
           {100: {"leader.replication.throttled.rate": "1048576"}}),
     Fleet(-1, (), {}),
 ]

@@ -10,7 +10,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,6 +38,8 @@ class FleetSpec:
     broker_ids: tuple[int, ...] = (1, 2, 3)
     log_dirs: int = 2
     joining_later: tuple[int, ...] = ()
+    # run on each configured appliance before it starts (e.g. `klog users add`)
+    prepare: Callable[[Appliance], None] | None = None
 
 
 @contextlib.contextmanager
@@ -47,8 +49,13 @@ def running_fleet(ensemble, root: Path, spec: FleetSpec) -> Iterator[list[Applia
     appliances: list[Appliance] = []
 
     def configured(broker_id: int) -> Appliance:
-        return fleet_appliance(ensemble, root, spec.chroot, broker_id, log_dirs=spec.log_dirs,
-                               settings={**spec.settings, **spec.settings_of.get(broker_id, {})})
+        appliance = fleet_appliance(ensemble, root, spec.chroot, broker_id,
+                                    log_dirs=spec.log_dirs,
+                                    settings={**spec.settings,
+                                              **spec.settings_of.get(broker_id, {})})
+        if spec.prepare is not None:
+            spec.prepare(appliance)
+        return appliance
 
     try:
         for broker_id in spec.broker_ids:

@@ -40,6 +40,27 @@ def test_options_follow_spark_kafka_names_and_defaults():
     assert offsets.ending == Bound("timestamp", timestamp=1000)
 
 
+def test_security_options_reach_the_clients_as_given():
+    """klog's client's names, or Spark-Kafka-style dotted ones after ``kafka.``; values kept
+    as text (a password of digits stays a string) and out of the options' repr."""
+    parsed = parse_options({**BASE, "security_protocol": "SASL_SSL", "ssl_cafile": "/ca.pem",
+                            "kafka.sasl.mechanism": "SCRAM-SHA-512",
+                            "kafka.sasl.plain.username": "spark",
+                            "SASL_PLAIN_PASSWORD": "0123", "kafka.ssl.check.hostname": "TRUE",
+                            "kafka.fetch.max.wait.ms": "50"}, streaming=False)
+    security = {"security_protocol": "SASL_SSL", "ssl_cafile": "/ca.pem",
+                "sasl_mechanism": "SCRAM-SHA-512", "sasl_plain_username": "spark",
+                "sasl_plain_password": "0123", "ssl_check_hostname": True}
+    assert parsed.security_options() == security
+    assert parsed.consumer_options() == {"max_partition_fetch_bytes": 4 * 1024 * 1024,
+                                         "fetch_max_wait_ms": 50, **security}
+    assert "0123" not in repr(parsed)
+    assert parse_options(BASE, streaming=False).security_options() == {}
+    with pytest.raises(ValueError, match="sasl_mechanism"):
+        parse_options({**BASE, "sasl_mechanism": "PLAIN", "kafka.sasl.mechanism": "SCRAM-SHA-512"},
+                      streaming=False)
+
+
 @pytest.mark.parametrize("options, streaming, words", [
     ({"subscribe": "a"}, False, "bootstrap.servers"),
     ({"bootstrap.servers": "h:1"}, False, "exactly one"),

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 from appliance.segments import LogConfig, PartitionLog
 from appliance.workers.replication import fetcher as replica_fetcher
 from appliance.workers.replication.context import ReplicaContext
+from appliance.workers.replication.dialing import LinkSecurity
 from appliance.workers.replication.fetcher import ReplicaFetcher
 from appliance.workers.replication.partition import Partition
 from appliance.workers.replication.waiters import AppendWaiters
@@ -100,6 +101,7 @@ class Followers:
         self.logs = {key: p.log for key, p in self.partitions.items()}
         self.throttle = SimpleNamespace(limits=lambda keys, size: (dict.fromkeys(keys, size),
                                                                    set()))
+        self.link_security = LinkSecurity()
 
     def now_ms(self) -> int:
         return 0

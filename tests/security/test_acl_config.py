@@ -32,9 +32,15 @@ def test_super_users_and_allow_everyone():
     ({"authorizer.class.name": "com.example.MyAuthorizer"}, "authorizer.class.name"),
     ({"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
       "allow.everyone.if.no.acl.found": "yes"}, "allow.everyone.if.no.acl.found"),
-    ({"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
-      "zookeeper.connect": "127.0.0.1:2181"}, "authorizer.class.name"),
 ])
 def test_refusals_name_the_key(settings, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         build_config(settings)
+
+
+def test_a_fleet_may_have_an_authorizer():
+    """Each appliance with its own ACL file until a fleet's ACLs live in ZooKeeper."""
+    config = build_config({"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+                           "zookeeper.connect": "127.0.0.1:2181",
+                           "super.users": "User:broker"})
+    assert config.authorizer.super_users == frozenset({"User:broker"})

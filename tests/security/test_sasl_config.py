@@ -51,7 +51,7 @@ def test_a_sasl_listener_with_plain_and_scram():
     config = build_config({**SASL, "sasl.enabled.mechanisms": "plain, SCRAM-SHA-512",
                            JAAS_KEY: PLAIN_JAAS,
                            "connection.failed.authentication.delay.ms": "250"})
-    assert config.listeners.security_protocol == "SASL_PLAINTEXT"
+    assert config.first_listener.security_protocol == "SASL_PLAINTEXT"
     assert config.sasl.enabled_mechanisms == ("PLAIN", "SCRAM-SHA-512")
     assert config.sasl.plain_users == {"admin": "admin-secret", "alice": "alice-secret"}
     assert config.connection_failed_authentication_delay_ms == 250

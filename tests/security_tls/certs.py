@@ -49,12 +49,13 @@ def _signed(directory: Path, name: str, subject: str, *, serial: int,
     return key, cert
 
 
-def server_keystore(directory: Path, name: str, *, serial: int, password: str = KEY_PASSWORD
-                    ) -> tuple[Path, Path]:
-    """A new server certificate signed by the CA in `directory`, and its PEM keystore (the
-    key encrypted with `password`): (keystore, certificate)."""
-    key, cert = _signed(directory, name, "/CN=localhost/O=klog tests", serial=serial,
-                        san="IP:127.0.0.1,DNS:localhost")
+def server_keystore(directory: Path, name: str, *, serial: int, password: str = KEY_PASSWORD,
+                    san: str = "IP:127.0.0.1,DNS:localhost") -> tuple[Path, Path]:
+    """A new server certificate signed by the CA in `directory` for the names in `san`, and
+    its PEM keystore (the key encrypted with `password`): (keystore, certificate)."""
+    common_name = san.split(",")[-1].split(":", 1)[1]
+    key, cert = _signed(directory, name, f"/CN={common_name}/O=klog tests", serial=serial,
+                        san=san)
     encrypted = directory / f"{name}.enc.key"
     openssl("pkcs8", "-topk8", "-v2", "aes-256-cbc", "-in", key.name, "-out", encrypted.name,
             "-passout", f"pass:{password}", cwd=directory)

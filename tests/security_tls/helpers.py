@@ -1,13 +1,17 @@
-"""An appliance on an SSL listener, and a raw TLS protocol client, for the TLS tests."""
+"""An appliance on an SSL listener (or SASL_SSL), and a raw TLS protocol client, for the TLS
+tests."""
 
 from __future__ import annotations
 
 import socket
 import ssl
+import subprocess
+import sys
 from pathlib import Path
 
 from klog.protocol.client import ClientConnection
-from tests.conftest import Appliance, free_ports
+from tests.conftest import FAST_GROUPS, REPO, Appliance, free_ports
+from tests.security.helpers import MECHANISMS, PLAIN_USERS, SCRAM_PASSWORD, SCRAM_USER, plain_jaas
 from tests.security_tls.certs import KEY_PASSWORD, Certs
 from tests.worker.raw import RawClient
 
@@ -27,6 +31,25 @@ def tls_appliance(workdir: Path, certs: Certs, *, log_dirs: int = 1,
     port = free_ports(log_dirs)
     return Appliance(workdir, log_dirs=log_dirs, port=port,
                      settings=tls_settings(certs, port, keystore, **extra))
+
+
+def sasl_ssl_appliance(workdir: Path, certs: Certs, **extra) -> Appliance:
+    """Not started: alone on a SASL_SSL listener (the SSL keystore of `tls_settings`), PLAIN
+    users from its JAAS key and the SCRAM-SHA-512 user added by `klog users add` before it
+    first starts (tests/security/helpers.py's users)."""
+    port = free_ports(1)
+    appliance = Appliance(workdir, port=port, settings={
+        **tls_settings(certs, port), "listeners": f"SASL_SSL://127.0.0.1:{port}",
+        "sasl.enabled.mechanisms": MECHANISMS,
+        "listener.name.sasl_ssl.plain.sasl.jaas.config": plain_jaas(PLAIN_USERS),
+        **FAST_GROUPS, **extra})
+    secret = workdir / "scram-password"
+    secret.write_text(SCRAM_PASSWORD + "\n")
+    subprocess.run([sys.executable, "-m", "klog_cli.main", "users", "add", SCRAM_USER,
+                    "--mechanism", "SCRAM-SHA-512", "--password-file", str(secret),
+                    "--config", str(appliance.config)],
+                   cwd=REPO, check=True, capture_output=True, timeout=60)
+    return appliance
 
 
 def client_context(certs: Certs, *, with_cert: bool = False) -> ssl.SSLContext:

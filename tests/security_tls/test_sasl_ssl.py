@@ -1,8 +1,9 @@
 """SASL_SSL: TLS first, then SASL on it. An appliance alone on a SASL_SSL listener (the SSL
 listener's keystore, the SASL listener's mechanisms and users) against confluent-kafka,
-kafka-python and klog's own client, each verifying the server's certificate and logging in
-with PLAIN and with SCRAM-SHA-512; a wrong password is refused, and a client that skips TLS
-gets nowhere."""
+kafka-python, aiokafka, kcat (tests/security_tls/real_clients.py: each administers, produces
+and consumes in a group) and klog's own client, each verifying the server's certificate and
+its name and logging in with PLAIN and with SCRAM-SHA-512; a wrong password is refused, and a
+client that skips TLS gets nowhere."""
 
 from __future__ import annotations
 
@@ -12,23 +13,13 @@ import sys
 import time
 
 import pytest
-from confluent_kafka import Consumer, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
-from kafka import KafkaConsumer, KafkaProducer
-from kafka import TopicPartition as PyTopicPartition
 
 import klog
-from tests.conftest import FAST_GROUPS, REPO, Appliance, free_ports
-from tests.security.helpers import (
-    CREDENTIALS,
-    MECHANISMS,
-    PLAIN_USERS,
-    SCRAM_PASSWORD,
-    SCRAM_USER,
-    plain_jaas,
-)
+from tests.conftest import REPO
+from tests.security.helpers import CREDENTIALS, SCRAM_PASSWORD, SCRAM_USER
 from tests.security_tls.certs import make_certs
-from tests.security_tls.helpers import tls_settings
+from tests.security_tls.helpers import sasl_ssl_appliance
+from tests.security_tls.real_clients import DRIVERS, Secured
 
 pytestmark = pytest.mark.interop
 TESTED = ["PLAIN", "SCRAM-SHA-512"]
@@ -42,29 +33,9 @@ def certs(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def appliance(tmp_path_factory, certs):
-    workdir = tmp_path_factory.mktemp("sasl-ssl")
-    port = free_ports(1)
-    started = Appliance(workdir, port=port, settings={
-        **tls_settings(certs, port), "listeners": f"SASL_SSL://127.0.0.1:{port}",
-        "sasl.enabled.mechanisms": MECHANISMS,
-        "listener.name.sasl_ssl.plain.sasl.jaas.config": plain_jaas(PLAIN_USERS),
-        **FAST_GROUPS})
-    secret = workdir / "scram-password"
-    secret.write_text(SCRAM_PASSWORD + "\n")
-    subprocess.run([sys.executable, "-m", "klog_cli.main", "users", "add", SCRAM_USER,
-                    "--mechanism", "SCRAM-SHA-512", "--password-file", str(secret),
-                    "--config", str(started.config)],
-                   cwd=REPO, check=True, capture_output=True, timeout=60)
-    started.start()
+    started = sasl_ssl_appliance(tmp_path_factory.mktemp("sasl-ssl"), certs).start()
     yield started
     started.stop()
-
-
-def confluent(appliance, certs, mechanism) -> dict:
-    user, password = CREDENTIALS[mechanism]
-    return {"bootstrap.servers": appliance.bootstrap, "security.protocol": "SASL_SSL",
-            "ssl.ca.location": str(certs.ca), "ssl.endpoint.identification.algorithm": "https",
-            "sasl.mechanism": mechanism, "sasl.username": user, "sasl.password": password}
 
 
 def klog_options(certs, mechanism, **changes) -> dict:
@@ -75,47 +46,14 @@ def klog_options(certs, mechanism, **changes) -> dict:
 
 
 @pytest.mark.parametrize("mechanism", TESTED)
-def test_confluent_kafka(appliance, certs, mechanism):
-    topic = f"sasl-ssl-{next(_names)}"
-    admin = AdminClient(confluent(appliance, certs, mechanism))
-    admin.create_topics([NewTopic(topic, num_partitions=2,
-                                  replication_factor=1)])[topic].result(timeout=30)
-    producer = Producer(confluent(appliance, certs, mechanism))
-    for i in range(200):
-        producer.produce(topic, value=f"v{i}")
-    assert producer.flush(30) == 0
-    consumer = Consumer({**confluent(appliance, certs, mechanism), "group.id": f"g-{topic}",
-                         "auto.offset.reset": "earliest"})
-    consumer.subscribe([topic])
-    got, deadline = [], time.monotonic() + 60
-    while len(got) < 200 and time.monotonic() < deadline:
-        msg = consumer.poll(0.5)
-        if msg is not None and msg.error() is None:
-            got.append(msg.value().decode())
-    consumer.close()
-    assert sorted(got) == sorted(f"v{i}" for i in range(200))
-
-
-@pytest.mark.parametrize("mechanism", TESTED)
-def test_kafka_python(appliance, certs, mechanism):
-    topic = f"sasl-ssl-py-{next(_names)}"
+@pytest.mark.parametrize("client", sorted(DRIVERS))
+def test_real_clients_administer_produce_and_consume_in_a_group(appliance, certs, client,
+                                                                 mechanism):
+    """Each real client, verifying the certificate and its name, logged in by `mechanism`."""
     user, password = CREDENTIALS[mechanism]
-    settings = {"bootstrap_servers": appliance.bootstrap, "security_protocol": "SASL_SSL",
-                "ssl_cafile": str(certs.ca), "sasl_mechanism": mechanism,
-                "sasl_plain_username": user, "sasl_plain_password": password}
-    with klog.Admin(appliance.bootstrap, **klog_options(certs, mechanism)) as admin:
-        admin.create_topic(topic, 1)
-    producer = KafkaProducer(**settings, acks="all")
-    for i in range(50):
-        producer.send(topic, value=f"v{i}".encode())
-    producer.flush(30)
-    producer.close()
-    consumer = KafkaConsumer(**settings, enable_auto_commit=False, consumer_timeout_ms=5000)
-    consumer.assign([PyTopicPartition(topic, 0)])
-    consumer.seek_to_beginning()
-    got = [r.value for r in consumer]
-    consumer.close()
-    assert got == [f"v{i}".encode() for i in range(50)]
+    secured = Secured("SASL_SSL", certs.ca, mechanism=mechanism, user=user, password=password)
+    DRIVERS[client](appliance.bootstrap, secured,
+                    f"acc-{client}-{mechanism.lower()}-{next(_names)}")
 
 
 @pytest.mark.parametrize("mechanism", TESTED)
@@ -166,3 +104,15 @@ def test_klog_acls_over_sasl_ssl(appliance, certs, tmp_path):
         cwd=REPO, capture_output=True, text=True, timeout=60)
     assert result.returncode != 0
     assert "SECURITY_DISABLED" in result.stdout + result.stderr
+
+
+def test_the_protocol_is_read_in_any_case(appliance, certs):
+    """As the Java client and librdkafka read `security.protocol` (kafka-python compares in
+    capitals and would take "sasl_ssl" for plaintext): the Admin, Producer and Consumer alike."""
+    options = klog_options(certs, "SCRAM-SHA-512", security_protocol="sasl_ssl")
+    with klog.Admin(appliance.bootstrap, **options) as admin:
+        admin.create_topic("any-case", 1)
+    with klog.Producer(bootstrap_servers=appliance.bootstrap, **options) as producer:
+        producer.send("any-case", b"x").result(timeout=20)
+    assert klog.security.ClientSecurity("Sasl_Ssl", "PLAIN", "u", "p").security_protocol == \
+        "SASL_SSL"

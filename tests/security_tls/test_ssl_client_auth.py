@@ -1,6 +1,8 @@
 """ssl.client.auth=required: a client certificate signed by the truststore's CA is the
 connection's principal (Kafka's `User:` + the RFC 2253 subject, seen in the appliance's log);
-a client without one is refused and the worker goes on serving the others."""
+a client without one is refused and the worker goes on serving the others. Each real client
+(tests/security_tls/real_clients.py) administers, produces and consumes in a group with its
+certificate, verifying the server's and its name."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from klog.protocol.apis import api_versions
 from tests.polling import wait_until
 from tests.security_tls.certs import make_certs
 from tests.security_tls.helpers import TlsRawClient, client_context, tls_appliance
+from tests.security_tls.real_clients import DRIVERS, Secured
 
 pytestmark = pytest.mark.interop
 
@@ -66,3 +69,9 @@ def test_a_client_without_a_certificate_is_refused_and_others_are_served(applian
     client = TlsRawClient(appliance.port, client_context(certs, with_cert=True))
     assert client.call(api_versions, 0).error_code == 0
     client.close()
+
+
+@pytest.mark.parametrize("client", sorted(DRIVERS))
+def test_real_clients_with_a_client_certificate(appliance, certs, client):
+    secured = Secured("SSL", certs.ca, cert=certs.client_cert, key=certs.client_key)
+    DRIVERS[client](appliance.bootstrap, secured, f"mtls-{client}")

@@ -31,7 +31,7 @@ def fake_worker():
     return SimpleNamespace(config=SimpleNamespace(socket_request_max_bytes=1 << 20),
                            guard=ConnectionGuard(max_connections=10,
                                                  max_connections_per_ip=10),
-                           connections=set(), new_authenticator=lambda: None)
+                           connections=set(), new_authenticator=lambda *_: None)
 
 
 @pytest.mark.parametrize("with_cert", [True, False], ids=["client-cert", "no-cert"])

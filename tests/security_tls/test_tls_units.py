@@ -7,6 +7,7 @@ import asyncio
 import os
 import shutil
 import ssl
+from pathlib import Path
 
 import pytest
 
@@ -75,7 +76,7 @@ def test_client_auth_values_and_the_truststore_it_needs(certs):
     assert build_server_context(config).verify_mode == ssl.CERT_REQUIRED
 
 
-def test_per_listener_keys_override_for_the_served_listener(certs):
+def test_per_listener_keys_override_for_their_listener(certs):
     config = build_config({
         "listeners": "CLIENTS://127.0.0.1:9093",
         "listener.security.protocol.map": "CLIENTS:SSL",
@@ -84,14 +85,16 @@ def test_per_listener_keys_override_for_the_served_listener(certs):
         "listener.name.clients.ssl.key.password": KEY_PASSWORD,
         "listener.name.other.ssl.keystore.location": "/elsewhere.pem",
     })
-    assert config.ssl_keystore_location == certs.server_keystore
+    assert config.ssl_keystore_location == Path("/nowhere.pem")  # other listeners' default
+    served = config.tls_config("CLIENTS")
+    assert served.ssl_keystore_location == certs.server_keystore
     assert "listener.name.other.ssl.keystore.location" in config.ignored_keys
-    build_server_context(config)
+    build_server_context(served)
 
 
 def test_a_plaintext_appliance_is_unchanged():
     config = build_config({"listeners": "PLAINTEXT://127.0.0.1:9092"})
-    assert config.listeners.security_protocol == "PLAINTEXT"
+    assert config.first_listener.security_protocol == "PLAINTEXT"
     assert config.ssl_keystore_location is None
 
 

@@ -38,7 +38,7 @@ def test_a_reset_during_sendfile_closes_the_connection(tmp_path, reading):
         server.close()
         await asyncio.sleep(0.1)
         worker = SimpleNamespace(config=SimpleNamespace(socket_request_max_bytes=1 << 20),
-                                 new_authenticator=lambda: None)
+                                 new_authenticator=lambda *_: None)
         connection = KafkaConnection(worker)
         connection.transport = transport
         fd = os.open(path, os.O_RDONLY)

@@ -40,8 +40,8 @@ def _broker_configs(worker, name):
     config = worker.config
     values = {
         "broker.id": str(config.broker_id),
-        "listeners": str(config.listeners),
-        "advertised.listeners": str(config.advertised),
+        "listeners": ",".join(map(str, config.listeners)),
+        "advertised.listeners": ",".join(map(str, config.advertised_endpoints)),
         "log.dirs": ",".join(str(p) for p in config.log_dirs),
         "num.partitions": str(config.num_partitions),
         "auto.create.topics.enable": str(config.auto_create_topics_enable).lower(),

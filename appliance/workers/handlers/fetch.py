@@ -30,6 +30,7 @@ from appliance.segments.errors import OffsetOutOfRangeError, StorageError
 from appliance.workers import access
 from appliance.workers.consumer_fencing import consumer_refusal
 from appliance.workers.handler_context import HandlerContext
+from appliance.workers.replication.identity import is_trusted_replica
 from appliance.workers.shared_state import NotPublishedError
 from klog.protocol.apis import fetch
 from klog.protocol.chunks import FileRegion
@@ -140,9 +141,24 @@ def _denied(worker, request, body) -> frozenset[str]:
     return access.refused_topics(worker, request, Operation.READ, names)
 
 
+def _untrusted_replica(worker, request, body) -> bool:
+    """A replica fetch that does not come from that replica (replication/identity.py)."""
+    return body.replica_id >= 0 and not is_trusted_replica(
+        request, body.replica_id, cluster_id=worker.cluster_id,
+        inter_broker_listener=worker.config.inter_broker_name)
+
+
+def _refused(body, code: ErrorCode):
+    return fetch.Response(throttle_time_ms=0, error_code=0, session_id=0, responses=[
+        fetch.FetchableTopicResponse(topic=t.topic, partitions=[
+            _partition(p.partition, code) for p in t.partitions]) for t in body.topics])
+
+
 def handle(worker: HandlerContext, request):
     body = request.body
     denied = _denied(worker, request, body)
+    if not denied and _untrusted_replica(worker, request, body):
+        return _refused(body, ErrorCode.NOT_LEADER_OR_FOLLOWER)
     response, total, errored = build(worker, body, denied)
     if errored or total >= body.min_bytes or body.max_wait_ms <= 0 or total > 0 and (
             body.min_bytes <= 1):

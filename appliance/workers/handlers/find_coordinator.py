@@ -32,7 +32,7 @@ def handle(worker: HandlerContext, request):
         info, partition = worker.groups.coordinator_partition(body.key)
     except CoordinatorError as exc:
         return _error(exc.code, str(exc))
-    leader = worker.partition_leader(info, partition)
+    leader = worker.partition_leader(info, partition, request.listener)  # its listener's
     if leader is None:
         return _error(ErrorCode.COORDINATOR_NOT_AVAILABLE,
                       f"partition {partition} of {info.name}, which holds this group, "

@@ -1,5 +1,8 @@
 """Metadata: every worker of the appliance as its own broker, and the topics it knows.
 
+Brokers are answered at their endpoints of the listener the request came in on (Kafka does
+this), so a client of the SASL_SSL listener is never sent to a PLAINTEXT port.
+
 `topics = null` asks for every topic; a named topic that does not exist is created when both
 the request (v4+: allow_auto_topic_creation; always before v4) and the broker config allow it.
 """
@@ -15,13 +18,14 @@ from klog.protocol.error_codes import ErrorCode
 API_KEY = metadata.SPEC.key
 
 
-def _partitions(worker, info) -> list:
+def _partitions(worker, info, listener: str) -> list:
     """Each partition's leader, replicas and ISR: the owner worker when the appliance runs
-    alone, the controller's state in cluster mode (a leader that is not live is offline)."""
+    alone, the controller's state in cluster mode (a leader that is not live is offline, and
+    so is one without an endpoint on the request's listener, as Kafka answers)."""
     live = {node.node_id for node in worker.nodes()}
     result = []
     for index, owner in enumerate(info.owners):
-        leader_node = worker.partition_leader(info, index)
+        leader_node = worker.partition_leader(info, index, listener)
         leader = leader_node.node_id if leader_node is not None else -1
         if info.leadership is None:
             replicas, isr, epoch = [worker.node_id_of(owner)], [worker.node_id_of(owner)], -1
@@ -36,10 +40,10 @@ def _partitions(worker, info) -> list:
     return result
 
 
-def _topic(worker, info) -> object:
+def _topic(worker, info, listener: str) -> object:
     return metadata.MetadataResponseTopic(
         error_code=0, name=info.name, is_internal=info.internal,
-        partitions=_partitions(worker, info), topic_authorized_operations=-2147483648)
+        partitions=_partitions(worker, info, listener), topic_authorized_operations=-2147483648)
 
 
 def handle(worker: HandlerContext, request):
@@ -52,7 +56,8 @@ def handle(worker: HandlerContext, request):
         infos = worker.control.topics()
         hidden = access.refused_topics(worker, request, Operation.DESCRIBE,
                                        [i.name for i in infos])
-        topics = [_topic(worker, info) for info in infos if info.name not in hidden]
+        topics = [_topic(worker, info, request.listener) for info in infos
+                  if info.name not in hidden]
     else:
         hidden = access.refused_topics(worker, request, Operation.DESCRIBE,
                                        [t.name for t in body.topics])
@@ -76,9 +81,10 @@ def handle(worker: HandlerContext, request):
                 topics.append(metadata.MetadataResponseTopic(
                     error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name, partitions=[]))
             else:
-                topics.append(_topic(worker, info))
+                topics.append(_topic(worker, info, request.listener))
     brokers = [metadata.MetadataResponseBroker(node_id=n.node_id, host=n.host, port=n.port,
-                                               rack=n.rack) for n in worker.nodes()]
+                                               rack=n.rack)
+               for n in worker.nodes(request.listener)]  # the listener it came in on
     return metadata.Response(
         throttle_time_ms=0, brokers=brokers, cluster_id=worker.cluster_id,
         controller_id=worker.controller_node_id, topics=topics,

@@ -13,6 +13,6 @@ API_KEY = sasl_handshake.KEY
 
 
 def handle(worker: HandlerContext, request):
-    sasl = worker.config.sasl
+    sasl = worker.config.sasl_for(request.listener or worker.config.first_listener.name)
     return sasl_handshake.Response(error_code=ErrorCode.ILLEGAL_SASL_STATE,
                                    mechanisms=list(sasl.enabled_mechanisms) if sasl else [])

@@ -15,6 +15,7 @@ from typing import Protocol
 
 from appliance.control.interface import ControlPlane
 from appliance.segments.group_commit import GroupCommitter
+from appliance.workers.replication.dialing import LinkSecurity
 from appliance.workers.replication.waiters import AppendWaiters
 from appliance.workers.shared_state import Publisher
 
@@ -40,6 +41,8 @@ class ReplicaContext:
     committer: GroupCommitter  # acks=all waits for its fdatasync
     replica_lag_time_max_ms: int = 30_000
     statistics: IsrStatistics = field(default_factory=_NoStatistics)
+    # how followers dial leaders: the inter-broker listener, client id, TLS, SASL
+    link_security: LinkSecurity = field(default_factory=LinkSecurity)
     clock: Callable[[], float] = time.time
 
     def now_ms(self) -> int:

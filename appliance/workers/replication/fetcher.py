@@ -43,6 +43,7 @@ import logging
 from typing import TYPE_CHECKING, Protocol
 
 from appliance.segments.errors import CorruptRecordError, StorageError
+from appliance.workers.replication.dialing import LinkSecurity
 from appliance.workers.replication.link import ReplicaLink
 from klog.protocol.apis import fetch, offset_for_leader_epoch
 from klog.protocol.error_codes import ErrorCode
@@ -89,6 +90,7 @@ class Followers(Protocol):
 
     node_id: int
     throttle: FollowerThrottle  # a reassignment's (throttle.py)
+    link_security: LinkSecurity  # the inter-broker listener's TLS, SASL and client id
 
     def now_ms(self) -> int: ...
 
@@ -152,8 +154,9 @@ class ReplicaFetcher:
                 await asyncio.sleep(RETRY_S)
                 continue
             try:
-                link = await ReplicaLink.open(*address, self.followers.node_id)
-            except (OSError, TimeoutError) as exc:
+                link = await ReplicaLink.open(*address, self.followers.node_id,
+                                              security=self.followers.link_security)
+            except (OSError, TimeoutError, ConnectionError, ProtocolError) as exc:
                 if not failing:  # once per outage: the leader's node may take a while to go
                     log.info("replica fetcher to %d: cannot connect: %s", self.leader, exc)
                 failing = True

@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 from collections import deque
 
+from appliance.workers.replication.dialing import LinkSecurity, authenticate
 from klog.protocol.client import ClientConnection
 from klog.protocol.exceptions import FramingError
 from klog.protocol.frames import DEFAULT_MAX_FRAME_BYTES
@@ -87,19 +88,33 @@ class _Frames(asyncio.BufferedProtocol):
 class ReplicaLink:
     """Open with `ReplicaLink.open`; `ask` one request at a time (nothing is pipelined)."""
 
-    def __init__(self, transport, frames: _Frames, node_id: int):
+    def __init__(self, transport, frames: _Frames, node_id: int, client_id: str | None = None):
         self.transport = transport
         self.frames = frames
-        self.connection = ClientConnection(client_id=f"klog-replica-{node_id}")
+        self.connection = ClientConnection(client_id=client_id or f"klog-replica-{node_id}")
 
     @classmethod
     async def open(cls, host: str, port: int, node_id: int, *, timeout_s: float = 10,
-                   max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> ReplicaLink:
-        """Connect; OSError or TimeoutError if the leader's node cannot be reached."""
+                   max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+                   security: LinkSecurity | None = None) -> ReplicaLink:
+        """Connect (over TLS and authenticated with SASL when `security` says so);
+        OSError or TimeoutError if the leader's node cannot be reached, ConnectionError if
+        it refuses the authentication. asyncio's TLS transport hands the protocol
+        plaintext through the same buffer calls, so responses still land in their own
+        frames."""
+        security = security or LinkSecurity()
         loop = asyncio.get_running_loop()
+        tls = {} if security.tls is None else {"ssl": security.tls, "server_hostname": host}
         transport, frames = await asyncio.wait_for(loop.create_connection(
-            lambda: _Frames(max_frame_bytes), host, port), timeout_s)
-        return cls(transport, frames, node_id)
+            lambda: _Frames(max_frame_bytes), host, port, **tls), timeout_s)
+        link = cls(transport, frames, node_id, security.client_id)
+        if security.sasl is not None:
+            try:
+                await asyncio.wait_for(authenticate(link, security.sasl), timeout_s)
+            except BaseException:
+                link.abort()
+                raise
+        return link
 
     async def ask(self, api_key: int, version: int, body, *, timeout_s: float = 30):
         """Send a request and return its decoded response (whose records are views of the

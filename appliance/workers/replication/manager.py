@@ -149,8 +149,15 @@ class ReplicaManager:
         return self.context.now_ms()
 
     def leader_address(self, leader: int) -> tuple[str, int] | None:
+        """The leader's endpoint of the inter-broker listener (None: not live, or it has no
+        such listener)."""
         node = (self.context.control.fleet_nodes or {}).get(leader)
+        node = None if node is None else node.on(self.context.link_security.listener)
         return None if node is None else (node.host, node.port)
+
+    @property
+    def link_security(self):
+        return self.context.link_security
 
     # the ISR -----------------------------------------------------------------------------
 
