@@ -109,6 +109,10 @@ class BrokerConfig:
     zookeeper_connect: str | None = None
     zookeeper_session_timeout_ms: int = 18_000
     zookeeper_connection_timeout_ms: int = 18_000
+    # znodes klog creates carry ACLs (Kafka's zookeeper.set.acl); klog's digest identity
+    # `user:password` (Kafka reads it from a JAAS file, klog from this key)
+    zookeeper_set_acl: bool = False
+    zookeeper_digest_credentials: str | None = field(default=None, repr=False)
     broker_rack: str | None = None
     shutdown_timeout_ms: int = 30_000
     worker_restart_backoff_ms: int = 100
@@ -299,6 +303,13 @@ def _text(text: str) -> str:
     return text.strip()
 
 
+def _digest_credentials(text: str) -> str:
+    user, colon, password = text.strip().partition(":")
+    if not colon or not user or not password:
+        raise ValueError("expected user:password (ZooKeeper's digest scheme)")
+    return text.strip()
+
+
 def _authorizer_class(text: str) -> str:
     name = text.strip()
     if name and name not in AUTHORIZER_CLASSES:
@@ -333,6 +344,8 @@ KEYS: dict[str, tuple[str, object]] = {
     "zookeeper.connect": ("zookeeper_connect", _zookeeper_connect),
     "zookeeper.session.timeout.ms": ("zookeeper_session_timeout_ms", _int(1000)),
     "zookeeper.connection.timeout.ms": ("zookeeper_connection_timeout_ms", _int(100)),
+    "zookeeper.set.acl": ("zookeeper_set_acl", _bool),
+    "zookeeper.digest.credentials": ("zookeeper_digest_credentials", _digest_credentials),
     "broker.rack": ("broker_rack", _text),
     "shutdown.timeout.ms": ("shutdown_timeout_ms", _int(0)),
     "worker.restart.backoff.ms": ("worker_restart_backoff_ms", _int(1)),
@@ -433,13 +446,26 @@ def build_config(settings: dict[str, str], *, source: str = "configuration") -> 
                                           ignored_keys=tuple(ignored)), source)
     config = _with_listener_ssl(config, listener_ssl, source)
     config = _with_sasl(config, sasl_keys, source)
-    # an authorizer in a fleet: each appliance decides by its own ACL file until the fleet's
-    # ACLs live in ZooKeeper (super.users, e.g. the brokers' own principal, work as alone)
+    _check_zookeeper_acl(config, source)
     if config.group_min_session_timeout_ms > config.group_max_session_timeout_ms:
         raise ConfigError(f"{source}: group.min.session.timeout.ms "
                           f"({config.group_min_session_timeout_ms}) is above "
                           f"group.max.session.timeout.ms ({config.group_max_session_timeout_ms})")
     return config
+
+
+def _check_zookeeper_acl(config: BrokerConfig, source: str) -> None:
+    """zookeeper.set.acl and zookeeper.digest.credentials go together: ACLs without an
+    identity would lock klog out of its own znodes, an identity alone protects nothing."""
+    if config.zookeeper_set_acl and not config.zookeeper_digest_credentials:
+        raise ConfigError(f"{source}: 'zookeeper.set.acl=true' needs "
+                          f"'zookeeper.digest.credentials' (user:password): the identity the "
+                          f"znodes' ACLs grant")
+    if config.zookeeper_digest_credentials and not config.zookeeper_set_acl:
+        raise ConfigError(f"{source}: 'zookeeper.digest.credentials' is set without "
+                          f"'zookeeper.set.acl=true': set both, or neither")
+    if config.zookeeper_set_acl and not config.zookeeper_connect:
+        raise ConfigError(f"{source}: 'zookeeper.set.acl' needs 'zookeeper.connect'")
 
 
 def _with_protocols(config: BrokerConfig, source: str) -> BrokerConfig:

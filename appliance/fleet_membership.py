@@ -4,6 +4,8 @@ It turns the appliance's config into a membership (node ids by `node_id_for`, th
 address, `broker.rack`), the fleet's snapshot into the `FleetView` that `FleetRelay`
 follows, and admin requests into `TopicResult`s after the checks every controller makes.
 Producer ids come from fleet-wide blocks, so two appliances never hand out the same one.
+The fleet's SCRAM users and ACLs live in ZooKeeper (`cluster.security_store`): this is the
+supervisor's way to them (`users`, `alter`, `acl_rows`, `update_acls`, `security_generation`).
 """
 
 from __future__ import annotations
@@ -25,10 +27,12 @@ from appliance.control.topics import (
     topic_log_config,
 )
 from appliance.identity import node_id_for
+from appliance.scram_credentials import ScramChange, apply_changes
 from cluster import shutdown
 from cluster.leadership import LeadershipConfig
 from cluster.member import ClusterMember
-from cluster.session import CONNECTED, RegistrationConflict, ZooKeeperUnavailable
+from cluster.security_store import SecurityStore
+from cluster.session import CONNECTED, NotAuthorized, RegistrationConflict, ZooKeeperUnavailable
 from klog.protocol.error_codes import ErrorCode
 
 log = logging.getLogger(__name__)
@@ -49,7 +53,10 @@ class FleetMembership:
             config.zookeeper_connect, broker_id=config.broker_id, host=config.advertised.host,
             rack=config.broker_rack, session_timeout_ms=config.zookeeper_session_timeout_ms,
             connection_timeout_ms=config.zookeeper_connection_timeout_ms,
-            leadership=leadership_config(config), on_change=wake)
+            leadership=leadership_config(config), on_change=wake,
+            digest_credentials=config.zookeeper_digest_credentials,
+            set_acl=config.zookeeper_set_acl)
+        self.security = SecurityStore(self.member.session, on_change=wake)
         self._producer_ids = iter(())
 
     def start(self) -> None:
@@ -57,12 +64,45 @@ class FleetMembership:
         can then start here even while ZooKeeper is unreachable later."""
         try:
             self.member.start()
+            self.security.start()
             self._producer_ids = iter(self.member.allocate_producer_ids())
-        except ZooKeeperUnavailable as exc:
+        except (ZooKeeperUnavailable, NotAuthorized) as exc:
             raise FleetUnavailableError(f"zookeeper.connect: {exc}") from None
 
     def stop(self) -> None:
+        self.security.stop()
         self.member.stop()
+
+    # SCRAM users and ACLs (in ZooKeeper) ----------------------------------------------------
+
+    @property
+    def security_generation(self) -> int:
+        """Bumped by each change of the users or ACLs seen in ZooKeeper."""
+        return self.security.generation
+
+    def users(self) -> dict:
+        return self.security.users()
+
+    def alter(self, changes: list[ScramChange]) -> None:
+        """AlterUserScramCredentials in a fleet. Raises ZooKeeperUnavailable, NotAuthorized
+        (OSErrors)."""
+        self._connected_or_raise()
+        for name in dict.fromkeys(c.user for c in changes):
+            mine = [c for c in changes if c.user == name]
+            self.security.update_user(name, lambda current, m=mine: apply_changes(current, m))
+
+    def acl_rows(self):
+        return self.security.acls()
+
+    def update_acls(self, resource: tuple[str, str, str], change) -> None:
+        self._connected_or_raise()
+        self.security.update_acls(resource, change)
+
+    def _connected_or_raise(self) -> None:
+        """Fail soon, as `_unreachable`: the supervisor's loop waits for this write."""
+        if not self.member.wait_connected(RECONNECT_WAIT_S):
+            raise ZooKeeperUnavailable(f"ZooKeeper is unreachable (session "
+                                       f"{self.member.state}); retry when it is back")
 
     @property
     def cluster_id(self) -> str:

@@ -1,4 +1,6 @@
-"""The SCRAM credentials of an appliance alone, in a file: salted, never a password.
+"""The SCRAM credentials of an appliance alone, in a file: salted, never a password. (In a
+fleet they live in ZooKeeper, `cluster.security_store`; workers then look them up in what their
+supervisor broadcast, `BroadcastCredentials`.)
 
 ``<first log dir>/.klog-catalog/scram-credentials.json``, mode 0600, written atomically (temp
 file, fsync, rename, fsync of the directory) by `klog users`, before or while the appliance
@@ -16,9 +18,13 @@ good contents, and the reason is logged once).
 from __future__ import annotations
 
 import base64
+import fcntl
 import json
 import logging
 import os
+from collections.abc import Callable, Iterable
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from klog.protocol.sasl import SCRAM_MECHANISMS
@@ -93,6 +99,84 @@ def write_users(path: Path, users: Users) -> None:
         os.close(dir_fd)
 
 
+@contextmanager
+def locked(path: Path):
+    """Serialise the writers of the file (`klog users`, the supervisor) with a lock beside it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+@dataclass(frozen=True)
+class ScramChange:
+    """One credential to store (`credential` set) or remove (None), from
+    AlterUserScramCredentials; already checked by the worker."""
+
+    user: str
+    mechanism: str
+    credential: ScramCredential | None
+
+
+def apply_changes(credentials: dict[str, ScramCredential],
+                  changes: Iterable[ScramChange]) -> dict[str, ScramCredential]:
+    """One user's credentials after `changes` (removing a missing one changes nothing)."""
+    new = dict(credentials)
+    for change in changes:
+        if change.credential is None:
+            new.pop(change.mechanism, None)
+        else:
+            new[change.mechanism] = change.credential
+    return new
+
+
+class ScramFileStore:
+    """The supervisor's writer of the file of an appliance alone: workers re-read the file by
+    themselves, so there is nothing to broadcast (`users` is None)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+
+    def users(self) -> Users | None:
+        return None
+
+    def alter(self, changes: Iterable[ScramChange]) -> None:
+        """Apply `changes` to the file. Raises OSError, ValueError (a file that does not parse)."""
+        with locked(self.path):
+            self.alter_unlocked(changes)
+
+    def alter_unlocked(self, changes: Iterable[ScramChange]) -> None:
+        """`alter` for a caller that holds the lock already (`klog users`)."""
+        changes = list(changes)
+        users = read_users(self.path)
+        for name in dict.fromkeys(c.user for c in changes):
+            credentials = apply_changes(users.get(name, {}),
+                                        [c for c in changes if c.user == name])
+            if credentials:
+                users[name] = credentials
+            else:
+                users.pop(name, None)
+        write_users(self.path, users)
+
+
+class BroadcastCredentials:
+    """A worker's view of the fleet's users, as its supervisor last broadcast them (from
+    ZooKeeper): the same `lookup` and `users` as `ScramCredentialFile`."""
+
+    def __init__(self, users: Callable[[], Users]) -> None:
+        self._users = users
+
+    def users(self) -> Users:
+        return self._users()
+
+    def lookup(self, user: str, mechanism: str) -> ScramCredential | None:
+        return self._users().get(user, {}).get(mechanism)
+
+
 class ScramCredentialFile:
     """A worker's view of the file, re-read when it changes (see the module docstring)."""
 
@@ -105,6 +189,10 @@ class ScramCredentialFile:
     def lookup(self, user: str, mechanism: str) -> ScramCredential | None:
         self._refresh()
         return self._users.get(user, {}).get(mechanism)
+
+    def users(self) -> Users:
+        self._refresh()
+        return self._users
 
     def _refresh(self) -> None:
         try:

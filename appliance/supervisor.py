@@ -38,8 +38,10 @@ from appliance.fleet_membership import FleetMembership
 from appliance.forking import DirectForker, ForkError, ForkServer
 from appliance.identity import DiskIdentity, claim_log_dir, node_id_for
 from appliance.metrics.server import MetricsEndpoint
+from appliance.scram_credentials import ScramFileStore, credentials_path
 from appliance.security.acl_book import AclBook
 from appliance.security.acl_file import acls_path
+from appliance.security.fleet_acl_book import FleetAclBook
 from appliance.shm.appliance_region import ApplianceRegion
 from appliance.tls.context import check_files as check_tls_files
 from appliance.workers.main import worker_main
@@ -82,6 +84,7 @@ class Supervisor:
         self.fleet: FleetMembership | None = None  # cluster mode only
         self._draining: ControlledShutdown | None = None  # cluster mode, after SIGTERM
         self.metrics: MetricsEndpoint | None = None  # with metrics.port only
+        self._security_generation = -1  # cluster mode: the users and ACLs last broadcast
 
     # start -------------------------------------------------------------------------------
 
@@ -108,7 +111,8 @@ class Supervisor:
             self.region.follow(decider)
             self.control = ControlServer(decider, cluster_id=cluster,
                                          broker_id=self.config.broker_id,
-                                         on_ready=self._worker_ready, acls=self._acl_book())
+                                         on_ready=self._worker_ready, acls=self._acl_book(),
+                                         scram=self._scram_writer())
             self._install_signals()
             for index in range(len(self.config.log_dirs)):
                 self.workers[index] = WorkerProcess(index)
@@ -119,13 +123,23 @@ class Supervisor:
         return self._exit_code
 
     def _acl_book(self) -> AclBook | None:
-        """With an authorizer: the ACLs of the appliance alone, from their file."""
+        """With an authorizer: the ACLs of the appliance alone, from their file; of a
+        fleet, in ZooKeeper."""
         if self.config.authorizer is None:
             return None
+        if self.fleet is not None:  # a fleet's ACLs live in ZooKeeper
+            return FleetAclBook(self.fleet)
         try:
             return AclBook(acls_path(self.config.log_dirs[0]))
         except ValueError as exc:  # a file that does not parse: the operator must look
             raise ConfigError(str(exc)) from None
+
+    def _scram_writer(self):
+        """Where AlterUserScramCredentials writes: alone the appliance's file (workers re-read
+        it by themselves), in a fleet ZooKeeper (the users are broadcast to the workers)."""
+        if self.fleet is not None:
+            return self.fleet
+        return ScramFileStore(credentials_path(self.config.log_dirs[0]))
 
     def _run_alone(self):
         catalog = Catalog(self.config.log_dirs[0])
@@ -220,6 +234,7 @@ class Supervisor:
             self._reap()
             if self.fleet is not None:
                 self.control.decider.refresh()
+                self._follow_fleet_security()
             if self._draining is not None and self._draining.poll():
                 self._draining = None
                 self._stop_workers()
@@ -230,6 +245,13 @@ class Supervisor:
             self._kill_stale()
             self._start_missing()
             self._notify_systemd()
+
+    def _follow_fleet_security(self) -> None:
+        """The fleet's users or ACLs changed in ZooKeeper: tell the workers (within a pass)."""
+        generation = self.fleet.security_generation
+        if generation != self._security_generation:
+            self._security_generation = generation
+            self.control.broadcast_security()
 
     def _wait_for_events(self) -> None:
         channels = self.control.by_fileno()

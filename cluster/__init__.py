@@ -25,8 +25,16 @@ Kafka's own paths and JSON, so Kafka's tools can read them:
 | `/admin/reassign_partitions` | persistent | `{"version":1,"partitions":[{"topic":"t","partition":0,"replicas":[101,401]}]}`: target replicas, written by `klog cluster reassign --execute`; the controller takes it up into the topics' assignments and deletes it |
 | `/config/brokers/<node>` | persistent | `{"version":1,"config":{...}}`: a node's dynamic configs, today the replication throttle (`leader.replication.throttled.rate`, `follower.replication.throttled.rate`, bytes/s); the topic side (`leader.replication.throttled.replicas`, `follower.replication.throttled.replicas`) is in `/config/topics/<t>` |
 | `/latest_producer_id_block` | persistent | Kafka's block of producer ids last handed out (conditional set) |
+| `/config/users/<name>` | persistent | Kafka's SCRAM credentials `{"version":1,"config":{"SCRAM-SHA-512":"salt=<b64>,stored_key=<b64>,server_key=<b64>,iterations=4096"}}`; no world READ with `zookeeper.set.acl` (`security_znodes.py`, `security_store.py`) |
+| `/config/changes/config_change_<seq>` | persistent sequential | `{"version":2,"entity_path":"users/<name>"}` after a user changed |
+| `/kafka-acl/<Type>/<name>`, `/kafka-acl-extended/prefixed/<Type>/<name>` | persistent | Kafka's ACLs of a LITERAL, PREFIXED resource: `{"version":1,"acls":[{"principal","permissionType","operation","host"}]}` |
+| `/kafka-acl-changes/acl_changes_<seq>`, `/kafka-acl-extended-changes/acl_changes_<seq>` | persistent sequential | `TOPIC:<name>`, resp. `{"version":1,"resourceType","name","patternType"}` after a resource's ACLs changed |
 | `/klog/appliances/<broker.id>` | ephemeral | klog's own: the appliance (rack, host) as one failure domain |
 | `/klog/controlled_shutdown/<broker.id>` | ephemeral | klog's own: the appliance asks the controller to move leadership away before it stops (`shutdown.py`) |
+
+**Security.** Every supervisor follows the users and ACLs through the change notifications
+(`security_store.py`) and tells its workers; any appliance, `klog users` and `klog acls` write
+them. With `zookeeper.set.acl` every znode created carries ACLs (`session.ZnodeAcls`).
 
 **Rules.** Any appliance may create a topic (assignment and config in one multi) or ask for
 a deletion, as Kafka's admin client did, and the command may ask for a reassignment and set

@@ -64,7 +64,8 @@ class ClusterMember:
     def __init__(self, connect: str, *, broker_id: int, host: str, rack: str | None = None,
                  session_timeout_ms: int = 18_000, connection_timeout_ms: int = 18_000,
                  leadership: LeadershipConfig | None = None,
-                 on_change: Callable[[], None] = lambda: None):
+                 on_change: Callable[[], None] = lambda: None,
+                 digest_credentials: str | None = None, set_acl: bool = False):
         self.broker_id = broker_id
         self.leadership = leadership or LeadershipConfig()
         self.preferred = PreferredLeaders(self.leadership)
@@ -73,7 +74,8 @@ class ClusterMember:
         self.on_change = on_change
         self.session = Session(connect, session_timeout_ms=session_timeout_ms,
                                connection_timeout_ms=connection_timeout_ms,
-                               on_state=self._on_state)
+                               on_state=self._on_state,
+                               digest_credentials=digest_credentials, set_acl=set_acl)
         self.cluster_id = ""
         self.election: Election | None = None
         self.state = "NEW"

@@ -9,6 +9,11 @@ two processes claim the same identity, and is refused (`RegistrationConflict`).
 
 Errors: `ZooKeeperUnavailable` when a call cannot be answered (no quorum, no connection);
 kazoo's own NodeExists/NoNode/BadVersion errors are translated to ours below.
+
+Security (`zookeeper.set.acl`, `zookeeper.digest.credentials`): the session authenticates with
+the digest credentials, and every znode it creates (`create`, `ensure_path`, a multi's
+`create`, the chroot) carries `ZnodeAcls.for_path`: all rights for that digest identity,
+world READ only where no secret lives (never under `/config/users`), as Kafka's defaultAcls.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from kazoo.exceptions import (
     BadVersionError,
     ConnectionLoss,
     KazooException,
+    NoAuthError,
     NodeExistsError,
     NoNodeError,
     NotEmptyError,
@@ -34,18 +40,27 @@ from kazoo.exceptions import (
 )
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import Callback, EventType
+from kazoo.security import READ_ACL_UNSAFE, make_digest_acl
+
+from cluster.security_znodes import is_secret
 
 log = logging.getLogger(__name__)
 
 CONNECTED, SUSPENDED, LOST = "CONNECTED", "SUSPENDED", "LOST"
 
 __all__ = ["BadVersionError", "NodeExistsError", "NoNodeError", "NotEmptyError",
-           "RegistrationConflict", "Session", "ZooKeeperUnavailable", "CONNECTED", "SUSPENDED",
-           "LOST", "RolledBackError", "RuntimeInconsistency", "EventType"]
+           "NotAuthorized", "RegistrationConflict", "Session", "ZooKeeperUnavailable",
+           "CONNECTED", "SUSPENDED", "LOST", "RolledBackError", "RuntimeInconsistency",
+           "EventType"]
 
 
 class ZooKeeperUnavailable(ConnectionError):
     """ZooKeeper cannot answer now (connection lost, no quorum, session expired): retriable."""
+
+
+class NotAuthorized(PermissionError):
+    """ZooKeeper refused a call by a znode's ACL: klog's `zookeeper.digest.credentials` are
+    missing, or not the identity the znode's ACL names."""
 
 
 class RegistrationConflict(RuntimeError):
@@ -76,6 +91,33 @@ class _Gathered:
         return out
 
 
+class ZnodeAcls:
+    """The ACLs of the znodes a secured session creates (see the module docstring)."""
+
+    def __init__(self, credentials: str):
+        user, _, password = credentials.partition(":")
+        self.auth_data = [("digest", credentials)]
+        self.secret = [make_digest_acl(user, password, all=True)]
+        self.open = self.secret + list(READ_ACL_UNSAFE)
+
+    def for_path(self, path: str) -> list:
+        return self.secret if is_secret(path) else self.open
+
+
+class _SecuredTransaction:
+    """A kazoo transaction whose `create`s carry the session's ACLs (kazoo's transactions
+    ignore the client's default ACL)."""
+
+    def __init__(self, tx, acls: ZnodeAcls):
+        self._tx, self._acls = tx, acls
+
+    def create(self, path, value=b"", acl=None, **kwargs):
+        return self._tx.create(path, value, acl or self._acls.for_path(path), **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._tx, name)
+
+
 def split_connect(connect: str) -> tuple[str, str]:
     """`h1:2181,h2:2181/klog` -> ("h1:2181,h2:2181", "/klog"); no chroot -> ("...", "")."""
     hosts, slash, chroot = connect.partition("/")
@@ -86,7 +128,8 @@ class Session:
     """A kazoo client with klog's rules: see the module docstring."""
 
     def __init__(self, connect: str, *, session_timeout_ms: int, connection_timeout_ms: int,
-                 on_state: Callable[[str], None] = lambda state: None):
+                 on_state: Callable[[str], None] = lambda state: None,
+                 digest_credentials: str | None = None, set_acl: bool = False):
         self.connect = connect
         self.session_timeout_s = session_timeout_ms / 1000
         self.connection_timeout_s = connection_timeout_ms / 1000
@@ -98,9 +141,15 @@ class Session:
         self._old_sessions: set[int] = set()
         hosts, self.chroot = split_connect(connect)
         self._hosts = hosts
+        # zookeeper.digest.credentials: sent at connect; with set_acl, our znodes' ACLs
+        self.acls = ZnodeAcls(digest_credentials) if digest_credentials else None
+        self.set_acl = set_acl and self.acls is not None
+        self._auth_data = self.acls.auth_data if self.acls else None
         self.client = KazooClient(hosts=connect, timeout=self.session_timeout_s,
                                   connection_retry={"max_tries": -1, "delay": 0.2,
-                                                    "max_delay": 2.0})
+                                                    "max_delay": 2.0},
+                                  auth_data=self._auth_data,
+                                  default_acl=self.acls.open if self.set_acl else None)
         self.client.add_listener(self._on_state)
 
     # life cycle -----------------------------------------------------------------------------
@@ -118,10 +167,11 @@ class Session:
                 f"{self.connection_timeout_s:g} s (zookeeper.connection.timeout.ms)") from None
 
     def _ensure_chroot(self) -> None:
-        bare = KazooClient(hosts=self._hosts, timeout=self.session_timeout_s)
+        bare = KazooClient(hosts=self._hosts, timeout=self.session_timeout_s,
+                           auth_data=self._auth_data)
         try:
             bare.start(timeout=self.connection_timeout_s)
-            bare.ensure_path(self.chroot)
+            bare.ensure_path(self.chroot, acl=self.acls.open if self.set_acl else None)
         except KazooTimeoutError:
             raise ZooKeeperUnavailable(
                 f"no ZooKeeper server of {self._hosts} answered within "
@@ -204,7 +254,7 @@ class Session:
     def transaction(self, build: Callable[[object], None]) -> list:
         """Commit one multi built by `build(tx)`; its results (exceptions for failed ops)."""
         def commit():
-            tx = self.client.transaction()
+            tx = self._transaction()
             build(tx)
             return tx.commit_async()
         return self._retrying(commit, "multi")
@@ -216,11 +266,15 @@ class Session:
         def commit_all():
             pending = []
             for build in builds:
-                tx = self.client.transaction()
+                tx = self._transaction()
                 build(tx)
                 pending.append(tx.commit_async())
             return _Gathered(pending)
         return self._retrying(commit_all, "multi") if builds else []
+
+    def _transaction(self):
+        tx = self.client.transaction()
+        return _SecuredTransaction(tx, self.acls) if self.set_acl else tx
 
     def _retrying(self, start: Callable, what: str):
         deadline = time.monotonic() + self.request_timeout_s
@@ -233,6 +287,10 @@ class Session:
                 time.sleep(0.1)
             except UNAVAILABLE as exc:
                 raise ZooKeeperUnavailable(f"ZooKeeper {what} failed: {exc!r}") from None
+            except NoAuthError:
+                raise NotAuthorized(
+                    f"ZooKeeper refused {what} by a znode's ACL: zookeeper.digest.credentials "
+                    f"are missing or not the identity the fleet's znodes grant") from None
 
     def drain_callbacks(self, timeout_s: float) -> bool:
         """Wait until the watch callbacks kazoo has queued so far have run (False after

@@ -9,7 +9,10 @@ The options are kafka-acls.sh's: ``--allow-principal User:alice --operation Writ
   ``--sasl-mechanism``, ``--sasl-plain-username``, ``--sasl-plain-password-file``): through
   CreateAcls/DeleteAcls/DescribeAcls, so a running appliance applies them on every worker;
 - ``--config server.properties``: the appliance's ``acls.json`` itself, only while it is
-  stopped (the running supervisor owns the file), e.g. to let the first super user in.
+  stopped (the running supervisor owns the file), e.g. to let the first super user in; when
+  the config has ``zookeeper.connect``, the fleet's ACLs in ZooKeeper (Kafka's
+  ``/kafka-acl*`` znodes and change notifications, as kafka-acls.sh ``--authorizer-properties
+  zookeeper.connect=...`` writes them), before or while the appliances run.
 """
 
 from __future__ import annotations
@@ -32,12 +35,15 @@ from appliance.security.acls import (
     ResourceType,
     invalid_reason,
 )
+from appliance.security.fleet_acl_book import FleetAclBook
 from appliance.shm.appliance_region import ApplianceRegion
 from appliance.shm.region import RegionError
+from cluster.session import ZooKeeperUnavailable
 from klog.admin import Admin
 from klog.errors import KlogError
 from klog.protocol.apis import create_acls, delete_acls, describe_acls
 from klog.protocol.error_codes import ErrorCode
+from klog_cli.fleet_security import StoreAcls, security_store
 
 
 def _operation(text: str) -> Operation:
@@ -198,8 +204,30 @@ def _refuse_if_running(config) -> None:
                      "--bootstrap-server (with the SASL options of a super user)")
 
 
+def _in_zookeeper(args, config) -> int:
+    try:
+        with security_store(config) as store:
+            book = FleetAclBook(StoreAcls(store))
+            where = f"ZooKeeper {config.zookeeper_connect}"
+            if args.action == "add":
+                book.create(bindings(args))
+                print(f"ACLs stored in {where}")
+            elif args.action == "remove":
+                removed = book.delete(filters(args))
+                print(f"{len(removed)} ACL(s) removed from {where}")
+            else:
+                chosen = filters(args)
+                show(a for a in book.acls if any(f.matches(a) for f in chosen))
+    except ZooKeeperUnavailable as exc:
+        print(f"klog: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def _in_the_file(args) -> int:
     config = load_config(args.config, args.override)
+    if config.zookeeper_connect:
+        return _in_zookeeper(args, config)
     path = acls_path(config.log_dirs[0])
     if args.action != "list":
         _refuse_if_running(config)

@@ -21,6 +21,7 @@ from cluster.fleet_view import FleetSnapshot, read_fleet
 from cluster.placement import appliance_of
 from cluster.session import Session, ZooKeeperUnavailable
 from klog_cli import cluster_elect, cluster_reassign
+from klog_cli.fleet_security import session_auth
 
 
 def add_arguments(parser) -> None:
@@ -129,7 +130,8 @@ def run(args) -> int:
             return 2
     if args.action == "reassign":
         return cluster_reassign.run(args, connect)
-    session = Session(connect, session_timeout_ms=10_000, connection_timeout_ms=10_000)
+    session = Session(connect, session_timeout_ms=10_000, connection_timeout_ms=10_000,
+                      **session_auth(args))
     try:
         session.start()
         summary = summarize(read_fleet(session, None))

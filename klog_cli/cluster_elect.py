@@ -22,6 +22,7 @@ from cluster.fleet_view import FleetSnapshot, read_fleet
 from cluster.leadership import nodes_of, why_not_preferred
 from cluster.preferred import ElectionInProgress, request_election
 from cluster.session import Session, ZooKeeperUnavailable
+from klog_cli.fleet_security import session_auth
 
 POLL_S = 0.2
 
@@ -133,7 +134,8 @@ def run(args) -> int:
     except ConfigError as exc:
         print(f"klog: {exc}", file=sys.stderr)
         return 2
-    session = Session(connect, session_timeout_ms=10_000, connection_timeout_ms=10_000)
+    session = Session(connect, session_timeout_ms=10_000, connection_timeout_ms=10_000,
+                      **session_auth(args))
     try:
         session.start()
         report = _elect(session, args)

@@ -42,6 +42,7 @@ from cluster.reassign_plan import (
     throttle_configs,
 )
 from cluster.session import Session, ZooKeeperUnavailable
+from klog_cli.fleet_security import session_auth
 
 IN_PROGRESS = 3
 
@@ -121,7 +122,8 @@ def run(args, connect: str) -> int:
     except PlanError as exc:
         print(f"klog: {exc}", file=sys.stderr)
         return 2
-    session = Session(connect, session_timeout_ms=10_000, connection_timeout_ms=10_000)
+    session = Session(connect, session_timeout_ms=10_000, connection_timeout_ms=10_000,
+                      **session_auth(args))
     try:
         session.start()
         snapshot = read_fleet(session, None)

@@ -1,27 +1,38 @@
-"""`klog users add|remove|list --config FILE`: the SCRAM users of an appliance alone.
+"""`klog users add|remove|list --config FILE`: the SCRAM users of an appliance or its fleet.
 
-They live in ``<first log dir>/.klog-catalog/scram-credentials.json``
-(appliance/scram_credentials.py), salted: the password is read from a file (or stdin with
-``-``), turned into (salt, iterations, StoredKey, ServerKey) and forgotten. The commands work
-before the appliance first starts, as Kafka's ``kafka-storage format --add-scram`` does, and
-while it runs: workers re-read the file when it changes, at the next authentication.
-Concurrent commands are serialised by a lock file beside it. PLAIN users are not managed here:
-they come from ``listener.name.<listener>.plain.sasl.jaas.config``, as in Kafka.
+Alone they live in ``<first log dir>/.klog-catalog/scram-credentials.json``
+(appliance/scram_credentials.py); when the config has ``zookeeper.connect``, in ZooKeeper as
+Kafka's ``kafka-configs --alter --entity-type users`` writes them (``/config/users/<name>``
+and a change notification, `cluster.security_store`, with ``zookeeper.digest.credentials``
+when set), so every appliance of the fleet has them within a second. Salted either way: the
+password is read from a file (or stdin with ``-``), turned into (salt, iterations, StoredKey,
+ServerKey) and forgotten. The commands work before any appliance first starts, as Kafka's
+``kafka-storage format --add-scram`` does, and while they run. Concurrent commands on a file
+are serialised by a lock file beside it; in ZooKeeper by conditional writes. PLAIN users are
+not managed here: they come from ``listener.name.<listener>.plain.sasl.jaas.config``, as in
+Kafka.
 """
 
 from __future__ import annotations
 
-import fcntl
-import os
 import secrets
 import sys
-from contextlib import contextmanager
 from pathlib import Path
 
 from appliance.config import ConfigError, load_config
-from appliance.scram_credentials import credentials_path, read_users, write_users
+from appliance.scram_credentials import (
+    ScramChange,
+    ScramFileStore,
+    apply_changes,
+    credentials_path,
+    locked,
+    read_users,
+)
+from cluster.security_store import SecurityStore
+from cluster.session import ZooKeeperUnavailable
 from klog.protocol.sasl import SCRAM_MECHANISMS
 from klog.protocol.sasl.scram import MAX_ITERATIONS, MIN_ITERATIONS, make_credential
+from klog_cli.fleet_security import security_store
 
 SALT_BYTES = 32
 
@@ -48,23 +59,55 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     try:
         config = load_config(args.config, args.override)
+        if config.zookeeper_connect:
+            return _in_zookeeper(args, config)
         path = credentials_path(config.log_dirs[0])
-        with _locked(path):
-            return {"add": _add, "remove": _remove, "list": _list}[args.action](args, path)
+        with locked(path):
+            store = _FileUsers(path)
+            return {"add": _add, "remove": _remove, "list": _list}[args.action](args, store)
     except (ConfigError, ValueError, OSError) as exc:
         print(f"klog: {exc}", file=sys.stderr)
         return 1
 
 
-@contextmanager
-def _locked(path: Path):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+class _FileUsers:
+    """The appliance's file (locked by the caller)."""
+
+    def __init__(self, path: Path):
+        self.where = str(path)
+        self._file = ScramFileStore(path)
+
+    def users(self):
+        return read_users(self._file.path)
+
+    def alter(self, changes: list[ScramChange]) -> None:
+        self._file.alter_unlocked(changes)
+
+
+class _ZooKeeperUsers:
+    """The fleet's users in ZooKeeper (`cluster.security_store`)."""
+
+    def __init__(self, store: SecurityStore, connect: str):
+        self.store, self.where = store, f"ZooKeeper {connect}"
+
+    def users(self):
+        self.store.refresh()
+        return self.store.users()
+
+    def alter(self, changes: list[ScramChange]) -> None:
+        for name in dict.fromkeys(c.user for c in changes):
+            mine = [c for c in changes if c.user == name]
+            self.store.update_user(name, lambda current, m=mine: apply_changes(current, m))
+
+
+def _in_zookeeper(args, config) -> int:
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
+        with security_store(config) as store:
+            return {"add": _add, "remove": _remove, "list": _list}[args.action](
+                args, _ZooKeeperUsers(store, config.zookeeper_connect))
+    except ZooKeeperUnavailable as exc:
+        print(f"klog: {exc}", file=sys.stderr)
+        return 1
 
 
 def _read_password(name: str) -> str:
@@ -75,7 +118,7 @@ def _read_password(name: str) -> str:
     return password
 
 
-def _add(args, path: Path) -> int:
+def _add(args, store) -> int:
     if not MIN_ITERATIONS <= args.iterations <= MAX_ITERATIONS:
         raise ValueError(f"--iterations must be within {MIN_ITERATIONS}-{MAX_ITERATIONS} "
                          f"(Kafka's bounds), got {args.iterations}")
@@ -83,33 +126,26 @@ def _add(args, path: Path) -> int:
         raise ValueError("the user name is empty")
     credential = make_credential(args.mechanism, _read_password(args.password_file),
                                  secrets.token_bytes(SALT_BYTES), args.iterations)
-    users = read_users(path)
-    users.setdefault(args.name, {})[args.mechanism] = credential
-    write_users(path, users)
+    store.alter([ScramChange(args.name, args.mechanism, credential)])
     print(f"user {args.name}: {args.mechanism} credential stored ({args.iterations} "
-          f"iterations) in {path}")
+          f"iterations) in {store.where}")
     return 0
 
 
-def _remove(args, path: Path) -> int:
-    users = read_users(path)
-    mechanisms = users.get(args.name, {})
+def _remove(args, store) -> int:
+    mechanisms = store.users().get(args.name, {})
     removed = [m for m in list(mechanisms) if args.mechanism in (None, m)]
     if not removed:
         what = f"a {args.mechanism} credential" if args.mechanism else "credentials"
-        print(f"klog: user {args.name} has no {what} in {path}", file=sys.stderr)
+        print(f"klog: user {args.name} has no {what} in {store.where}", file=sys.stderr)
         return 1
-    for mechanism in removed:
-        del mechanisms[mechanism]
-    if not mechanisms:
-        users.pop(args.name, None)
-    write_users(path, users)
+    store.alter([ScramChange(args.name, m, None) for m in removed])
     print(f"user {args.name}: removed {', '.join(removed)}")
     return 0
 
 
-def _list(args, path: Path) -> int:
-    for name, mechanisms in sorted(read_users(path).items()):
+def _list(args, store) -> int:
+    for name, mechanisms in sorted(store.users().items()):
         for mechanism, credential in sorted(mechanisms.items()):
             print(f"{name}\t{mechanism}\titerations={credential.iterations}")
     return 0

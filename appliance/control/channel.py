@@ -1,14 +1,16 @@
 """The control channel's messages and wire format: length-prefixed orjson over a Unix socketpair.
 
 One socketpair per worker, made before the fork. Workers ask (`CreateTopic`, `DeleteTopic`,
-`CreatePartitions`, `AllocateProducerId`, `AlterPartition`, `CreateAcls`, `DeleteAcls`) and
-get one `Reply` per request, in order, matched by the request's `id`; they also say `Ready`
-once they serve. The supervisor starts each worker's stream with the whole `Catalog` (and the
-cluster id; with an authorizer, the ACL set `Acls` just before it), then broadcasts every
-change (`TopicChanged`, `TopicDeleted`, `Reload`, `Acls`: the whole ACL set after each change,
-and in cluster mode `Fleet`: the live nodes, the controller and the nodes' dynamic configs) to
-every worker. A worker that asked for a change sees the broadcast before the reply, so when
-its request returns, it already follows the new catalog.
+`CreatePartitions`, `AllocateProducerId`, `AlterPartition`, `CreateAcls`, `DeleteAcls`,
+`AlterScram`) and get one `Reply` per request, in order, matched by the request's `id`; they
+also say `Ready` once they serve. The supervisor starts each worker's stream with the whole
+`Catalog` (and the cluster id; with an authorizer, the ACL set `Acls` just before it, and in a
+fleet the SCRAM users `ScramUsers` read from ZooKeeper), then broadcasts every change
+(`TopicChanged`, `TopicDeleted`, `Reload`, `Acls`: the whole ACL set after each change, and in
+cluster mode `Fleet`: the live nodes, the controller and the nodes' dynamic configs, and
+`ScramUsers` after each change of the fleet's users) to every worker. A worker that asked for
+a change sees the broadcast before the reply, so when its request returns, it already follows
+the new catalog.
 
 Each message is a frozen dataclass; on the wire it is one JSON object: its class name under
 "type" and its fields, each written and read by the codec of its declared type (`_CODECS`).
@@ -20,6 +22,7 @@ connection is dropped (the supervisor then restarts that worker).
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import struct
 from collections.abc import Callable, Iterator
@@ -29,6 +32,7 @@ from typing import Any
 import orjson
 
 from appliance.control.topics import FleetNode, TopicInfo
+from appliance.scram_credentials import ScramChange
 from appliance.security.acls import (
     AclBinding,
     AclFilter,
@@ -39,6 +43,7 @@ from appliance.security.acls import (
 )
 from appliance.segments.config import LogConfig
 from klog.protocol.error_codes import ErrorCode
+from klog.protocol.sasl.scram import ScramCredential
 
 PREFIX = struct.Struct(">I")  # body length, big-endian, as Kafka frames its requests
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
@@ -111,6 +116,15 @@ class DeleteAcls:
 
 
 @dataclass(frozen=True)
+class AlterScram:
+    """Store or remove these SCRAM credentials (AlterUserScramCredentials, already checked by
+    the worker): alone in the appliance's file, in a fleet in ZooKeeper."""
+
+    changes: tuple[ScramChange, ...]
+    id: int = field(default=0, kw_only=True)
+
+
+@dataclass(frozen=True)
 class Ready:
     """The worker serves (no reply)."""
 
@@ -176,10 +190,18 @@ class Acls:
     acls: tuple[AclBinding, ...]
 
 
+@dataclass(frozen=True)
+class ScramUsers:
+    """A fleet's SCRAM users (salted credentials, never a password), from ZooKeeper: sent
+    before the catalog, and again after each change."""
+
+    users: dict[str, dict[str, ScramCredential]]
+
+
 Request = (CreateTopic | DeleteTopic | CreatePartitions | AllocateProducerId | AlterPartition
-           | CreateAcls | DeleteAcls)
+           | CreateAcls | DeleteAcls | AlterScram)
 Message = (Request | Ready | Reply | Catalog | TopicChanged | TopicDeleted | Reload | Fleet
-           | Acls)
+           | Acls | ScramUsers)
 
 
 # the codec -----------------------------------------------------------------------------------
@@ -227,6 +249,23 @@ def _acl_filter(raw) -> AclFilter:
                      Permission(_int(permission)))
 
 
+def _credential_to_wire(c: ScramCredential) -> list:
+    return [base64.b64encode(c.salt).decode(), c.iterations,
+            base64.b64encode(c.stored_key).decode(), base64.b64encode(c.server_key).decode()]
+
+
+def _credential(raw) -> ScramCredential:
+    salt, iterations, stored_key, server_key = raw
+    return ScramCredential(base64.b64decode(_str(salt)), _int(iterations),
+                           base64.b64decode(_str(stored_key)), base64.b64decode(_str(server_key)))
+
+
+def _change(raw) -> ScramChange:
+    user, mechanism, credential = raw
+    return ScramChange(_str(user), _str(mechanism),
+                       None if credential is None else _credential(credential))
+
+
 # declared field type -> (to the JSON value, from it); a field's type missing here fails at import
 _CODECS: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {
     "int": (_as_is, _int),
@@ -248,6 +287,15 @@ _CODECS: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {
                                lambda raw: tuple(AclBinding.from_dict(a) for a in raw)),
     "tuple[AclFilter, ...]": (lambda filters: [_acl_filter_to_wire(f) for f in filters],
                               lambda raw: tuple(_acl_filter(f) for f in raw)),
+    "dict[str, dict[str, ScramCredential]]": (
+        lambda users: {u: {m: _credential_to_wire(c) for m, c in by_mechanism.items()}
+                       for u, by_mechanism in users.items()},
+        lambda raw: {_str(u): {_str(m): _credential(c) for m, c in by_mechanism.items()}
+                     for u, by_mechanism in raw.items()}),
+    "tuple[ScramChange, ...]": (
+        lambda changes: [[c.user, c.mechanism, None if c.credential is None
+                          else _credential_to_wire(c.credential)] for c in changes],
+        lambda raw: tuple(_change(c) for c in raw)),
     "LogConfig": (LogConfig.to_kafka, lambda raw: LogConfig.from_kafka(_strings(raw))),
 }
 

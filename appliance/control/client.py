@@ -18,6 +18,7 @@ from appliance.control.channel import (
     Acls,
     AllocateProducerId,
     AlterPartition,
+    AlterScram,
     Catalog,
     ControlChannelError,
     CreateAcls,
@@ -32,12 +33,14 @@ from appliance.control.channel import (
     Reload,
     Reply,
     Request,
+    ScramUsers,
     TopicChanged,
     TopicDeleted,
     encode,
 )
 from appliance.control.interface import ReloadListener, TopicListener
 from appliance.control.topics import FleetNode, TopicInfo, TopicResult
+from appliance.scram_credentials import ScramChange
 from appliance.security.acls import AclBinding, AclFilter
 from appliance.security.authorizer import AclIndex
 from appliance.segments.config import LogConfig
@@ -56,6 +59,7 @@ class ControlPlaneClient:
         self.fleet_controller_id = -1
         self.fleet_node_configs: dict[int, dict[str, str]] = {}
         self.acls = AclIndex()  # the ACLs in force, as last broadcast
+        self.scram_users: dict = {}  # in a fleet: the SCRAM users, as last broadcast
         self._has_catalog = False
         self._reader = MessageReader()
         self._topics: dict[str, TopicInfo] = {}
@@ -72,6 +76,7 @@ class ControlPlaneClient:
             Reload: self._on_reload,
             Fleet: self._on_fleet,
             Acls: self._on_acls,
+            ScramUsers: self._on_scram_users,
         }
 
     # the ControlPlane interface ------------------------------------------------------------
@@ -114,6 +119,10 @@ class ControlPlaneClient:
                     ) -> tuple[ErrorCode, str | None, tuple[AclBinding, ...]]:
         reply = self._request(DeleteAcls(tuple(filters)))
         return reply.error, reply.message, reply.acls
+
+    def alter_scram(self, changes: list[ScramChange]) -> tuple[ErrorCode, str | None]:
+        reply = self._request(AlterScram(tuple(changes)))
+        return reply.error, reply.message
 
     def alter_partition(self, request: AlterPartition,
                         on_done: Callable[[ErrorCode], None]) -> None:
@@ -230,3 +239,6 @@ class ControlPlaneClient:
 
     def _on_acls(self, acls: Acls) -> None:
         self.acls = AclIndex(acls.acls)
+
+    def _on_scram_users(self, message: ScramUsers) -> None:
+        self.scram_users = message.users

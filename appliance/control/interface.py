@@ -13,6 +13,7 @@ from typing import Protocol
 
 from appliance.control.channel import AlterPartition, Reload
 from appliance.control.topics import FleetNode, TopicInfo, TopicResult
+from appliance.scram_credentials import ScramChange
 from appliance.security.acls import AclBinding, AclFilter
 from appliance.security.authorizer import AclIndex
 from appliance.segments.config import LogConfig
@@ -69,6 +70,11 @@ class ControlPlane(Protocol):
     def delete_acls(self, filters: list[AclFilter]
                     ) -> tuple[ErrorCode, str | None, tuple[AclBinding, ...]]:
         """Remove the ACLs the filters match; (error, message, the ACLs removed)."""
+
+    def alter_scram(self, changes: list[ScramChange]) -> tuple[ErrorCode, str | None]:
+        """Store or remove SCRAM credentials (checked already); (error, message). Alone the
+        appliance's file, in a fleet ZooKeeper; by the time it returns in a fleet,
+        `scram_users` has them."""
 
     def alter_partition(self, request: AlterPartition,
                         on_done: Callable[[ErrorCode], None]) -> None:

@@ -15,6 +15,7 @@ from appliance.control.channel import (
     Acls,
     AllocateProducerId,
     AlterPartition,
+    AlterScram,
     Catalog,
     ControlChannelError,
     CreateAcls,
@@ -27,6 +28,7 @@ from appliance.control.channel import (
     MessageReader,
     Ready,
     Reply,
+    ScramUsers,
     TopicChanged,
     TopicDeleted,
     encode,
@@ -36,6 +38,7 @@ from appliance.control.fleet import FleetRelay
 from appliance.control.topics import FleetNode, TopicResult
 from appliance.identity import node_id_for
 from appliance.security.acl_book import AclBook
+from appliance.security.fleet_acl_book import FleetAclBook
 from klog.protocol.error_codes import ErrorCode
 
 log = logging.getLogger(__name__)
@@ -60,9 +63,12 @@ class ControlServer:
 
     def __init__(self, decider: LocalDecider | FleetRelay, *, cluster_id: str,
                  broker_id: int, on_ready: Callable[[int], None] = lambda index: None,
-                 acls: AclBook | None = None):
+                 acls: AclBook | FleetAclBook | None = None, scram=None):
         self.decider = decider
         self.acls = acls  # the ACLs and their file (an authorizer is configured), or None
+        # the SCRAM users' writer: ScramFileStore alone, FleetMembership in a fleet (whose
+        # `users()` are broadcast to the workers; alone they read the file themselves)
+        self.scram = scram
         self.cluster_id = cluster_id
         self.broker_id = broker_id
         self.on_ready = on_ready
@@ -76,6 +82,7 @@ class ControlServer:
             AlterPartition: self._alter_partition,
             CreateAcls: self._create_acls,
             DeleteAcls: self._delete_acls,
+            AlterScram: self._alter_scram,
             Ready: self._ready,
         }
         decider.add_listener(self._broadcast_change)
@@ -91,6 +98,9 @@ class ControlServer:
             channel.send(self._fleet)
         if self.acls is not None:  # before the catalog: a worker serves only after both
             channel.send(Acls(tuple(sorted(self.acls.acls))))
+        users = self.scram.users() if self.scram is not None else None
+        if users is not None:
+            channel.send(ScramUsers(users))
         channel.send(Catalog(self.cluster_id, tuple(self.decider.topics())))
         return channel
 
@@ -176,6 +186,28 @@ class ControlServer:
         if removed:
             self.broadcast(Acls(tuple(sorted(self.acls.acls))))
         return Reply(request.id, acls=tuple(sorted(removed)))
+
+    def _alter_scram(self, channel: WorkerChannel, request: AlterScram) -> Reply:
+        if self.scram is None:
+            return Reply(request.id, error=ErrorCode.UNSUPPORTED_VERSION,
+                         message="SCRAM users cannot be altered here")
+        try:
+            self.scram.alter(request.changes)
+        except (OSError, ValueError) as exc:  # ZooKeeper unavailable, the file unwritable
+            log.error("cannot alter SCRAM credentials: %s", exc)
+            code = (ErrorCode.REQUEST_TIMED_OUT if isinstance(exc, ConnectionError)
+                    else ErrorCode.UNKNOWN_SERVER_ERROR)
+            return Reply(request.id, error=code, message=str(exc))
+        self.broadcast_security()  # the asking worker knows the change before its client
+        return Reply(request.id)
+
+    def broadcast_security(self) -> None:
+        """In a fleet, after the users or ACLs in ZooKeeper changed: tell every worker."""
+        users = self.scram.users() if self.scram is not None else None
+        if users is not None:
+            self.broadcast(ScramUsers(users))
+        if self.acls is not None and users is not None:
+            self.broadcast(Acls(tuple(sorted(self.acls.acls))))
 
     def _ready(self, channel: WorkerChannel, message: Ready) -> None:
         channel.ready = True

@@ -30,7 +30,7 @@ from enum import Enum
 from typing import Any
 
 from appliance.sasl_config import SaslSettings
-from appliance.scram_credentials import ScramCredentialFile
+from appliance.scram_credentials import BroadcastCredentials, ScramCredentialFile
 from klog.protocol.apis import api_versions, sasl_authenticate, sasl_handshake
 from klog.protocol.error_codes import ErrorCode
 from klog.protocol.sasl import PLAIN, SCRAM_MECHANISMS, SaslFailure
@@ -73,7 +73,8 @@ def new_nonce() -> str:
 class Authenticator:
     """The SASL state of one connection (see the module docstring)."""
 
-    def __init__(self, settings: SaslSettings, scram: ScramCredentialFile, *,
+    def __init__(self, settings: SaslSettings,
+                 scram: ScramCredentialFile | BroadcastCredentials, *,
                  nonce: Callable[[], str] = new_nonce) -> None:
         self._settings = settings
         self._scram = scram

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 from appliance.config import BrokerConfig
 from appliance.control.interface import ControlPlane
 from appliance.control.topics import FleetNode, TopicInfo
+from appliance.scram_credentials import BroadcastCredentials, ScramCredentialFile
 from appliance.security.authorizer import AuthorizerSettings
 from appliance.segments.group_commit import GroupCommitter
 from appliance.segments.readable import ReadableLog
@@ -41,6 +42,8 @@ class HandlerContext(Protocol):
     replication: ReplicaManager  # cluster mode: roles, followers, ISR changes
     advertised_api_versions: list  # ApiVersions' answer, from the handlers this worker has
     authorizer: AuthorizerSettings | None  # None: no authorizer, every request is allowed
+    # the SCRAM users: `users()` and `lookup(user, mechanism)` (appliance/scram_credentials)
+    scram_credentials: ScramCredentialFile | BroadcastCredentials
 
     def now_ms(self) -> int: ...
 

@@ -23,7 +23,11 @@ from appliance.control.interface import ControlPlane
 from appliance.control.topics import FleetNode, TopicInfo, appliance_rack
 from appliance.identity import node_id_for
 from appliance.listeners import Listener
-from appliance.scram_credentials import ScramCredentialFile, credentials_path
+from appliance.scram_credentials import (
+    BroadcastCredentials,
+    ScramCredentialFile,
+    credentials_path,
+)
 from appliance.segments.errors import StorageError
 from appliance.segments.group_commit import GroupCommitter
 from appliance.segments.readable import ReadableLog
@@ -88,9 +92,11 @@ class Worker:
         self.guard = ConnectionGuard(max_connections=config.max_connections,
                                      max_connections_per_ip=config.max_connections_per_ip)
         self.port = config.first_listener.port + index
-        # SASL listeners: the SCRAM file of the appliance alone, re-read when it changes
-        self.scram_credentials = (ScramCredentialFile(credentials_path(config.log_dirs[0]))
-                                  if config.listener_sasl else None)
+        # the SCRAM users (SASL logins, DescribeUserScramCredentials): alone the appliance's
+        # file, re-read when it changes; in a fleet what the supervisor read in ZooKeeper
+        self.scram_credentials = (
+            BroadcastCredentials(lambda: control.scram_users) if config.zookeeper_connect
+            else ScramCredentialFile(credentials_path(config.log_dirs[0])))
         # authorizer.class.name set: ACL checks in every handler (appliance/workers/access.py)
         self.authorizer = config.authorizer
         self._servers: list[asyncio.base_events.Server] = []

@@ -294,7 +294,8 @@ def decode_message(cls: Any, buf: Any, version: int) -> Any:
         raise DecodeError(f"{exc} (decoding v{version})") from None
     except _VALUE_ERRORS as exc:  # defensive: a reader should have said DecodeError
         raise DecodeError(f"{cls.__name__} v{version}: {exc!r}") from None
-    if pos != len(buf):
+    if pos != len(buf) and not (getattr(cls, "TRAILING_TAGS_TOLERATED", False)
+                                and bytes(buf[pos:]).count(0) == len(buf) - pos):
         raise DecodeError(f"{cls.__name__} v{version}: {len(buf) - pos} bytes after the body")
     return obj
 

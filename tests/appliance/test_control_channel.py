@@ -13,6 +13,7 @@ from appliance.control.channel import (
     Acls,
     AllocateProducerId,
     AlterPartition,
+    AlterScram,
     Catalog,
     ControlChannelError,
     CreateAcls,
@@ -25,11 +26,13 @@ from appliance.control.channel import (
     Ready,
     Reload,
     Reply,
+    ScramUsers,
     TopicChanged,
     TopicDeleted,
     encode,
 )
 from appliance.control.topics import FleetNode, PartitionLeadership, TopicInfo
+from appliance.scram_credentials import ScramChange
 from appliance.security.acls import (
     AclBinding,
     AclFilter,
@@ -40,7 +43,9 @@ from appliance.security.acls import (
 )
 from appliance.segments.config import LogConfig
 from klog.protocol.error_codes import ErrorCode
+from klog.protocol.sasl.scram import ScramCredential
 
+CREDENTIAL = ScramCredential(b"salt", 4096, b"stored", b"server")
 ALONE = TopicInfo(name="orders", owners=(0, 1, 0), configs={"retention.ms": "60000"})
 REPLICATED = TopicInfo(name="__consumer_offsets", owners=(2, -1), internal=True,
                        leadership=(PartitionLeadership(102, 4, (102, 201, 301), (102, 201)),
@@ -58,6 +63,10 @@ MESSAGES = [
     Reply(8, acls=(WRITE_A,)),
     Acls((WRITE_A, DENY_PREFIX)),
     Acls(()),
+    ScramUsers({"alice": {"SCRAM-SHA-512": CREDENTIAL, "SCRAM-SHA-256": CREDENTIAL}}),
+    ScramUsers({}),
+    AlterScram((ScramChange("bob", "SCRAM-SHA-256", CREDENTIAL),
+                ScramChange("carol", "SCRAM-SHA-512", None)), id=9),
     CreateTopic("orders", 3, -1, {"retention.ms": "60000"}, False, id=1),
     CreateTopic("t", -1, 3, {}, True, id=2),
     DeleteTopic("orders", id=3),

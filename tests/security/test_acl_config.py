@@ -32,15 +32,24 @@ def test_super_users_and_allow_everyone():
     ({"authorizer.class.name": "com.example.MyAuthorizer"}, "authorizer.class.name"),
     ({"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
       "allow.everyone.if.no.acl.found": "yes"}, "allow.everyone.if.no.acl.found"),
+    ({"zookeeper.connect": "127.0.0.1:2181", "zookeeper.set.acl": "true"},
+     "zookeeper.digest.credentials"),
+    ({"zookeeper.connect": "127.0.0.1:2181", "zookeeper.digest.credentials": "klog:pw"},
+     "zookeeper.set.acl"),
+    ({"zookeeper.connect": "127.0.0.1:2181", "zookeeper.set.acl": "true",
+      "zookeeper.digest.credentials": "klog"}, "zookeeper.digest.credentials"),
+    ({"zookeeper.connect": "127.0.0.1:2181", "zookeeper.set.acl": "maybe",
+      "zookeeper.digest.credentials": "klog:pw"}, "zookeeper.set.acl"),
 ])
 def test_refusals_name_the_key(settings, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         build_config(settings)
 
 
-def test_a_fleet_may_have_an_authorizer():
-    """Each appliance with its own ACL file until a fleet's ACLs live in ZooKeeper."""
+def test_a_fleet_may_have_an_authorizer_and_secured_znodes():
     config = build_config({"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
-                           "zookeeper.connect": "127.0.0.1:2181",
-                           "super.users": "User:broker"})
-    assert config.authorizer.super_users == frozenset({"User:broker"})
+                           "zookeeper.connect": "127.0.0.1:2181", "zookeeper.set.acl": "true",
+                           "zookeeper.digest.credentials": "klog:s3cret"})
+    assert config.authorizer is not None and config.zookeeper_set_acl
+    assert config.zookeeper_digest_credentials == "klog:s3cret"
+    assert "s3cret" not in repr(config)

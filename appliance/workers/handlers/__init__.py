@@ -7,6 +7,7 @@ fetch that long-polls, a produce that waits for group commit), or NO_RESPONSE.
 from __future__ import annotations
 
 from appliance.workers.handlers import (
+    alter_user_scram_credentials,
     api_versions,
     create_acls,
     create_partitions,
@@ -17,6 +18,7 @@ from appliance.workers.handlers import (
     describe_acls,
     describe_configs,
     describe_groups,
+    describe_user_scram_credentials,
     fetch,
     find_coordinator,
     heartbeat,
@@ -40,7 +42,8 @@ MODULES = (
     init_producer_id, describe_configs, find_coordinator, join_group, sync_group, heartbeat,
     leave_group, offset_commit, offset_fetch, list_groups, describe_groups, delete_groups,
     create_partitions, offset_for_leader_epoch, sasl_handshake, sasl_authenticate,
-    describe_acls, create_acls, delete_acls,
+    describe_acls, create_acls, delete_acls, describe_user_scram_credentials,
+    alter_user_scram_credentials,
 )
 
 HANDLERS = {module.API_KEY: module.handle for module in MODULES}

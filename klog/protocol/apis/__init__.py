@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from klog.protocol.apis import (
+    alter_user_scram_credentials,
     api_versions,
     create_acls,
     create_partitions,
@@ -31,6 +32,7 @@ from klog.protocol.apis import (
     describe_acls,
     describe_configs,
     describe_groups,
+    describe_user_scram_credentials,
     fetch,
     find_coordinator,
     heartbeat,
@@ -134,6 +136,9 @@ API_BY_KEY: dict[int, ApiSpec] = {
             _spec(describe_acls, "DescribeAcls", (0, 3), (0, 3)),
             _spec(create_acls, "CreateAcls", (0, 3), (0, 3)),
             _spec(delete_acls, "DeleteAcls", (0, 3), (0, 3)),
+            _spec(describe_user_scram_credentials, "DescribeUserScramCredentials", (0, 0),
+                  (0, 0)),
+            _spec(alter_user_scram_credentials, "AlterUserScramCredentials", (0, 0), (0, 0)),
         ],
         key=lambda spec: spec.key,
     )

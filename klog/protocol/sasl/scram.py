@@ -44,11 +44,18 @@ class ScramCredential:
 def make_credential(mechanism: str, password: str, salt: bytes,
                     iterations: int) -> ScramCredential:
     """The salted credential for ``password``; the caller picks the salt (random, 16+ bytes)."""
+    salted = hashlib.pbkdf2_hmac(HASHES[mechanism], password.encode("utf-8"), salt, iterations)
+    return credential_from_salted(mechanism, salted, salt, iterations)
+
+
+def credential_from_salted(mechanism: str, salted_password: bytes, salt: bytes,
+                           iterations: int) -> ScramCredential:
+    """The credential of a password already salted (PBKDF2) by the client, as
+    AlterUserScramCredentials carries it (KIP-554): the password itself never travels."""
     name = HASHES[mechanism]
-    salted = hashlib.pbkdf2_hmac(name, password.encode("utf-8"), salt, iterations)
-    client_key = hmac.digest(salted, b"Client Key", name)
+    client_key = hmac.digest(salted_password, b"Client Key", name)
     return ScramCredential(salt, iterations, hashlib.new(name, client_key).digest(),
-                           hmac.digest(salted, b"Server Key", name))
+                           hmac.digest(salted_password, b"Server Key", name))
 
 
 def _attributes(text: str) -> list[tuple[str, str]]:
