@@ -2,7 +2,7 @@
 fleet they live in ZooKeeper, `cluster.security_store`; workers then look them up in what their
 supervisor broadcast, `BroadcastCredentials`.)
 
-``<first log dir>/.klog-catalog/scram-credentials.json``, mode 0600, written atomically (temp
+``<first log dir>/.klog-security/scram-credentials.json``, mode 0600, written atomically (temp
 file, fsync, rename, fsync of the directory) by `klog users`, before or while the appliance
 runs. Its format is klog's own::
 
@@ -27,18 +27,18 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from appliance.security_files import security_file
 from klog.protocol.sasl import SCRAM_MECHANISMS
 from klog.protocol.sasl.scram import ScramCredential
 
 log = logging.getLogger(__name__)
 
-CATALOG_DIR = ".klog-catalog"  # the topic catalog's directory (workers may not import it)
 FILE_NAME = "scram-credentials.json"
 Users = dict[str, dict[str, ScramCredential]]  # user -> mechanism -> credential
 
 
 def credentials_path(first_log_dir: Path) -> Path:
-    return Path(first_log_dir) / CATALOG_DIR / FILE_NAME
+    return security_file(first_log_dir, FILE_NAME)
 
 
 def decode(data: bytes, *, source: str) -> Users:

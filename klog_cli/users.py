@@ -1,6 +1,6 @@
 """`klog users add|remove|list --config FILE`: the SCRAM users of an appliance or its fleet.
 
-Alone they live in ``<first log dir>/.klog-catalog/scram-credentials.json``
+Alone they live in ``<first log dir>/.klog-security/scram-credentials.json``
 (appliance/scram_credentials.py); when the config has ``zookeeper.connect``, in ZooKeeper as
 Kafka's ``kafka-configs --alter --entity-type users`` writes them (``/config/users/<name>``
 and a change notification, `cluster.security_store`, with ``zookeeper.digest.credentials``

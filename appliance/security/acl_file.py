@@ -1,6 +1,6 @@
 """The ACLs of an appliance alone, in a file the supervisor owns.
 
-``<first log dir>/.klog-catalog/acls.json``, mode 0600, replaced atomically (temp file, fsync,
+``<first log dir>/.klog-security/acls.json``, mode 0600, replaced atomically (temp file, fsync,
 rename, fsync of the directory), as the SCRAM credentials beside it. The supervisor reads it
 at start and writes it for each CreateAcls/DeleteAcls that changes something; `klog acls
 --config` edits it while the appliance is stopped. Format, klog's own::
@@ -17,13 +17,13 @@ import os
 from pathlib import Path
 
 from appliance.security.acls import AclBinding
+from appliance.security_files import security_file
 
-CATALOG_DIR = ".klog-catalog"
 FILE_NAME = "acls.json"
 
 
 def acls_path(first_log_dir: Path) -> Path:
-    return Path(first_log_dir) / CATALOG_DIR / FILE_NAME
+    return security_file(first_log_dir, FILE_NAME)
 
 
 def decode(data: bytes, *, source: str) -> frozenset[AclBinding]:

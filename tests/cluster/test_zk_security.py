@@ -77,6 +77,9 @@ def fleet(ensemble, tmp_path_factory):
             "listeners": f"SASL_PLAINTEXT://127.0.0.1:{port}",
             "sasl.enabled.mechanisms": MECHANISMS,
             "listener.name.sasl_plaintext.plain.sasl.jaas.config": plain_jaas(PLAIN_USERS),
+            # the appliances replicate on it too, as User:admin (the JAAS's username)
+            "security.inter.broker.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism.inter.broker.protocol": "PLAIN",
             "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
             "super.users": "User:admin",
             "zookeeper.set.acl": "true",

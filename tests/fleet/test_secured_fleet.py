@@ -3,6 +3,9 @@
 the inter-broker listener, an authorizer with `super.users=User:broker` (the brokers' own
 principal, created with `klog users add` before each appliance starts).
 
+Its znodes carry ACLs (`zookeeper.set.acl`, klog's digest identity): a ZooKeeper client
+without the credentials reads what is not secret and changes nothing.
+
 The story: every endpoint is in `/brokers/ids/N` as Kafka writes it; a stray client's replica
 fetch is refused (on the client listener, without the replica's client id, without
 ClusterAction); a topic of replication factor 3 is produced with acks=all (its followers fetch
@@ -17,6 +20,7 @@ import orjson
 import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from kazoo.exceptions import NoAuthError
 
 import klog
 from appliance.workers.replication.identity import replica_client_id
@@ -41,6 +45,7 @@ ALICE, ALICE_PASSWORD = "alice", "alice-secret"
 SCRAM_JAAS = ('org.apache.kafka.common.security.scram.ScramLoginModule required '
               f'username="broker" password="{BROKER_PASSWORD}";')
 MESSAGES = 300
+ZOOKEEPER_DIGEST = "klog:zk-secret"
 
 
 @pytest.fixture(scope="module")
@@ -78,6 +83,8 @@ def fleet(ensemble, tmp_path_factory, certs):
         "super.users": "User:broker",
         "allow.everyone.if.no.acl.found": "true",
         "replica.lag.time.max.ms": "10000",
+        "zookeeper.set.acl": "true",
+        "zookeeper.digest.credentials": ZOOKEEPER_DIGEST,
     })
     with running_fleet(ensemble, tmp_path_factory.mktemp("secured"), spec) as appliances:
         yield appliances
@@ -137,18 +144,36 @@ def test_a_stray_clients_replica_fetch_is_refused(fleet, zk, certs):
     # on the inter-broker listener as the broker, without the replica's client id
     with as_user(owner, index, certs, "broker", BROKER_PASSWORD) as admin:
         assert replica_fetch(admin, "guarded", follower) == ErrorCode.NOT_LEADER_OR_FOLLOWER
-    # once the cluster has an ACL, ClusterAction is the broker's alone (a super user)
-    for appliance in fleet:  # each appliance's own ACL file, for now
-        with as_user(appliance, 0, certs, "broker", BROKER_PASSWORD) as admin:
-            answer = admin.request(create_acls, creations=[create_acls.AclCreation(
-                resource_type=4, resource_name="kafka-cluster", resource_pattern_type=3,
-                principal="User:broker", host="*", operation=9, permission_type=3)])
-            assert answer.results[0].error_code == 0
+    # once the cluster has an ACL, ClusterAction is the broker's alone (a super user); the
+    # fleet's ACLs live in ZooKeeper: made on one appliance, enforced by the leader's
+    with as_user(fleet[0], 0, certs, "broker", BROKER_PASSWORD) as admin:
+        answer = admin.request(create_acls, creations=[create_acls.AclCreation(
+            resource_type=4, resource_name="kafka-cluster", resource_pattern_type=3,
+            principal="User:broker", host="*", operation=9, permission_type=3)])
+        assert answer.results[0].error_code == 0
     with as_user(owner, index, certs, ALICE, ALICE_PASSWORD, client_id=forged) as admin:
         wait_until(lambda: replica_fetch(admin, "guarded", follower)
                    == ErrorCode.TOPIC_AUTHORIZATION_FAILED, 5, "the ACL to take effect")
     # and the follower is still in sync: nothing the stray clients sent moved it
     assert follower in partition_state(zk, "guarded", 0)["isr"]
+
+
+def test_zookeeper_without_credentials_changes_nothing(fleet, zk):
+    """`zk` has no credentials: it reads the fleet's public znodes, not the users' secrets,
+    and cannot change, add or delete anything klog wrote."""
+    create(fleet, "locked", 1)
+    assert orjson.loads(zk.get("/brokers/topics/locked")[0])["partitions"]
+    with pytest.raises(NoAuthError):
+        zk.get("/config/users/broker")
+    with pytest.raises(NoAuthError):
+        zk.set("/brokers/topics/locked", b'{"version":2,"partitions":{}}')
+    with pytest.raises(NoAuthError):
+        zk.delete("/brokers/ids/101")
+    with pytest.raises(NoAuthError):
+        zk.create("/brokers/ids/999", b"{}")
+    with pytest.raises(NoAuthError):
+        zk.delete("/controller")
+    assert led(fleet[0].bootstrap, "locked", 1)
 
 
 def test_acks_all_over_sasl_ssl_replication_survives_the_leaders_appliance(fleet, zk):
@@ -192,3 +217,4 @@ def read_in_group(bootstrap: str, at_least: int) -> set[bytes]:
         consumer.commit(asynchronous=False)
     consumer.close()
     return seen
+
