@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -24,6 +25,8 @@ PROPERTIES = {
     # (then produce is answered KAFKA_STORAGE_ERROR, which clients retry until they time out)
     "log.segment.bytes": 16 * 1024 * 1024, "log.index.size.max.bytes": 1024 * 1024,
 }
+# how long each step took, printed when the hosts are stopped
+FIGURES: dict[str, float] = {}
 RECAP = re.compile(r"^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)",
                    re.MULTILINE)
 
@@ -35,8 +38,9 @@ class Run:
     changed: dict[str, int]  # host -> changed tasks, from the PLAY RECAP
 
 
-def inventory(fleet: Fleet, path: Path) -> Path:
-    """Every host runs a ZooKeeper server and an appliance; h1 has two disks, so two workers."""
+def inventory(fleet: Fleet, path: Path, extra: dict | None = None) -> Path:
+    """Every host runs a ZooKeeper server and an appliance; h1 has two disks, so two workers.
+    `extra`: more variables for the whole fleet (e.g. klog_security and its users)."""
     lines = ["all:", "  vars:", "    ansible_user: root",
              "    ansible_python_interpreter: /usr/bin/python3",
              f"    ansible_ssh_private_key_file: {fleet.key}",
@@ -45,6 +49,8 @@ def inventory(fleet: Fleet, path: Path) -> Path:
              "    zookeeper_heap: 96m", "    zookeeper_tick_time: 500",
              "    klog_appliance_properties:"]
     lines += [f"      {key}: {value}" for key, value in PROPERTIES.items()]
+    # JSON is YAML
+    lines += [f"    {key}: {json.dumps(value)}" for key, value in (extra or {}).items()]
     lines += ["  children:", "    zookeeper:", "      hosts:"]
     lines += [f"        {h.name}: {{ansible_host: {h.address}}}" for h in fleet.hosts]
     lines += ["    appliances:", "      hosts:"]
@@ -75,3 +81,11 @@ def run_playbook(inventory_path: Path, log: Path, *args: str, timeout_s: float =
                              + output[-6000:])
     changed = {m.group(1): int(m.group(3)) for m in RECAP.finditer(output)}
     return Run(output, seconds, changed)
+
+
+def wipe(fleet: Fleet) -> None:
+    """Undo a deployment an earlier module made on the hosts (services stopped, klog's config,
+    data and ZooKeeper's data gone), so the next deploys a fresh fleet; klog's venv stays."""
+    for host in fleet.hosts:
+        host.ssh(fleet.key, "systemctl stop klog-appliance zookeeper 2>/dev/null; "
+                 "rm -rf /etc/klog /srv/klog /var/lib/zookeeper/version-2; true")

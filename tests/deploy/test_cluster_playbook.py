@@ -1,8 +1,9 @@
 """`ansible-playbook playbooks/cluster.yml` on three booted Debian hosts (systemd as PID 1).
 
-One fleet per module: the hosts boot once, the playbook deploys ZooKeeper and an appliance on
-each, and the tests then use the fleet from outside the hosts with real Kafka clients, kill an
-appliance under systemd, run the playbook again, and roll a new klog wheel through the fleet.
+The hosts boot once for tests/deploy (conftest.py); this module wipes them, the playbook
+deploys ZooKeeper and an appliance on each (in plaintext), and the tests then use the fleet
+from outside the hosts with real Kafka clients, kill an appliance under systemd, run the
+playbook again, and roll a new klog wheel through the fleet.
 Topics have three replicas (one per appliance) and min.insync.replicas=2, so the kill and the
 roll are survived by failover: the playbook restarts a host only once no partition of the fleet
 is under-replicated, and producers (idempotent, acks=all) retry through the leader moves.
@@ -23,45 +24,19 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.conftest import REPO
-from tests.deploy import hosts, rootfs
-from tests.deploy.playbook import ANSIBLE_PLAYBOOK, PROPERTIES, inventory, run_playbook
+from tests.deploy.playbook import FIGURES, PROPERTIES, inventory, run_playbook, wipe
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow, pytest.mark.timeout(1200)]
 
-FIGURES: dict[str, float] = {}
-NEEDS_FREE_BYTES = 5 << 30
-
 
 @pytest.fixture(scope="module")
-def deployed(tmp_path_factory):
-    reason = hosts.unavailable_reason()
-    if reason:
-        pytest.skip(reason)
-    assert ANSIBLE_PLAYBOOK.exists(), "ansible-playbook is missing: pip install -e '.[deploy]'"
-    workdir = tmp_path_factory.mktemp("deploy")
-    hosts.clean_leftovers()
-    # the hosts' overlays peak at about 2.2 GB (the root filesystem's cache aside): a disk
-    # that fills meanwhile shows up as produce requests retried until the clients give up
-    free = shutil.disk_usage(workdir).free
-    assert free >= NEEDS_FREE_BYTES, (f"the deploy test needs {NEEDS_FREE_BYTES >> 30} GiB "
-                                      f"free under {workdir}; {free / 2**30:.1f} GiB are")
-    started = time.monotonic()
-    root = rootfs.rootfs()
-    FIGURES["root filesystem ready (s)"] = time.monotonic() - started
-    fleet = hosts.Fleet(workdir, root, ["h1", "h2", "h3"])
-    try:
-        fleet.start()
-        path = inventory(fleet, workdir / "inventory.yml")
-        log = workdir / "ansible.log"
-        # a wheelhouse of this run only: the test builds klog's wheels as an operator would
-        wheels = ("-e", f"klog_wheels_dir={workdir / 'wheelhouse'}")
-        first = run_playbook(path, log, *wheels)
-        FIGURES["fresh deploy of three hosts (s)"] = first.seconds
-        yield Deployed(fleet, path, log, wheels, first)
-    finally:
-        fleet.close()
-        print("\ndeploy figures: " + ", ".join(f"{k}: {v:.0f}" for k, v in FIGURES.items()),
-              file=sys.stderr)
+def deployed(booted):
+    """The booted hosts (shared by tests/deploy's modules), wiped, then deployed in plaintext."""
+    wipe(booted.fleet)
+    path = inventory(booted.fleet, booted.workdir / "inventory.yml")
+    first = run_playbook(path, booted.log, *booted.wheels)
+    FIGURES["fresh deploy of three hosts (s)"] = first.seconds
+    return Deployed(booted.fleet, path, booted.log, booted.wheels, first)
 
 
 class Deployed:
