@@ -48,6 +48,8 @@ from appliance.workers.replication.manager import ReplicaManager
 from appliance.workers.replication.waiters import AppendWaiters
 from appliance.workers.shared_state import Publisher, RemoteLogs
 from appliance.workers.statistics import MetricsPublisher, WorkerStatistics
+from appliance.workers.transactions.coordinator import TransactionCoordinator
+from appliance.workers.transactions.txn_log import TRANSACTION_TOPIC
 from klog.protocol.error_codes import ErrorCode
 
 log = logging.getLogger(__name__)
@@ -86,6 +88,7 @@ class Worker:
             link_security=self._link_security()), config.log_defaults)
         self.partitions = self.replication.replicas
         self.groups = GroupCoordinator(self)
+        self.transactions = TransactionCoordinator(self, self._link_security())
         self.handlers = dict(HANDLERS)
         self.advertised_api_versions = advertised_versions(set(self.handlers))
         self.connections: set[KafkaConnection] = set()
@@ -219,6 +222,7 @@ class Worker:
         for info in self.control.topics():
             self.partitions.open_topic(info, now_ms=now_ms)
         self.groups.follow_leadership()  # alone: loads what it owns; a fleet's wait for roles
+        self.transactions.follow_leadership()
         self.control.add_listener(self._on_topic_change)
         self.control.add_reload_listener(self._on_reload)
 
@@ -245,6 +249,8 @@ class Worker:
             self.partitions.close_topic(name, delete=True)
             if name == OFFSETS_TOPIC:
                 self.groups.unload_all()
+            if name == TRANSACTION_TOPIC:
+                self.transactions.unload_all()
         else:
             self.partitions.open_topic(info, now_ms=self.now_ms())
             self.replication.apply(info)
@@ -253,6 +259,8 @@ class Worker:
             self.remote.forget_moved(name, info.owners)
             if name == OFFSETS_TOPIC:  # in the same step as the roles: no truncation between
                 self.groups.follow_leadership()
+            if name == TRANSACTION_TOPIC:
+                self.transactions.follow_leadership()
 
     async def serve(self, sockets=None) -> None:
         """Start accepting on `sockets` (one per listener, in the order of `listeners`, bound
@@ -285,6 +293,7 @@ class Worker:
                        asyncio.ensure_future(MetricsPublisher(self).run())]
         self.replication.start()
         self.groups.start()  # after the roles: it coordinates what it leads
+        self.transactions.start()
         self._tasks.append(asyncio.ensure_future(self._watch_remote_appends()))
 
     @property
@@ -303,6 +312,7 @@ class Worker:
         for task in self._tasks:
             task.cancel()
         self.groups.stop()
+        self.transactions.stop()
         self.replication.stop()
         deadline = time.monotonic() + 2.0
         while (any(c.answers_pending for c in self.connections)

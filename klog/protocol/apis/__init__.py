@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from klog.protocol.apis import (
+    add_offsets_to_txn,
+    add_partitions_to_txn,
     alter_user_scram_credentials,
     api_versions,
     create_acls,
@@ -32,7 +34,9 @@ from klog.protocol.apis import (
     describe_acls,
     describe_configs,
     describe_groups,
+    describe_transactions,
     describe_user_scram_credentials,
+    end_txn,
     fetch,
     find_coordinator,
     heartbeat,
@@ -41,6 +45,7 @@ from klog.protocol.apis import (
     leave_group,
     list_groups,
     list_offsets,
+    list_transactions,
     metadata,
     offset_commit,
     offset_fetch,
@@ -49,6 +54,7 @@ from klog.protocol.apis import (
     sasl_authenticate,
     sasl_handshake,
     sync_group,
+    write_txn_markers,
 )
 from klog.protocol.schema import Message
 
@@ -126,7 +132,11 @@ API_BY_KEY: dict[int, ApiSpec] = {
             _spec(api_versions, "ApiVersions", (0, 3), (0, 3)),
             _spec(create_topics, "CreateTopics", (0, 4), (2, 4)),
             _spec(delete_topics, "DeleteTopics", (0, 3), (1, 3)),
-            _spec(init_producer_id, "InitProducerId", (0, 1), (0, 1)),
+            _spec(init_producer_id, "InitProducerId", (0, 4), (0, 4)),
+            _spec(add_partitions_to_txn, "AddPartitionsToTxn", (0, 3), (0, 3)),
+            _spec(add_offsets_to_txn, "AddOffsetsToTxn", (0, 3), (0, 3)),
+            _spec(end_txn, "EndTxn", (0, 3), (0, 3)),
+            _spec(write_txn_markers, "WriteTxnMarkers", (0, 1), (0, 1)),
             _spec(describe_configs, "DescribeConfigs", (0, 3), (0, 3)),
             _spec(delete_groups, "DeleteGroups", (0, 1), (0, 1)),
             _spec(create_partitions, "CreatePartitions", (0, 1), (0, 1)),
@@ -139,6 +149,8 @@ API_BY_KEY: dict[int, ApiSpec] = {
             _spec(describe_user_scram_credentials, "DescribeUserScramCredentials", (0, 0),
                   (0, 0)),
             _spec(alter_user_scram_credentials, "AlterUserScramCredentials", (0, 0), (0, 0)),
+            _spec(describe_transactions, "DescribeTransactions", (0, 0), (0, 0)),
+            _spec(list_transactions, "ListTransactions", (0, 1), (0, 1)),
         ],
         key=lambda spec: spec.key,
     )
