@@ -38,6 +38,7 @@ class MarkerSender:
         self.links: dict[int, ReplicaLink] = {}
         self.locks: dict[int, asyncio.Lock] = defaultdict(asyncio.Lock)
         self.sent = 0  # WriteTxnMarkers requests answered (for tests and status)
+        self.unserved: set[int] = set()  # nodes that answered they do not serve it (logged)
 
     async def deliver(self, producer_id: int, producer_epoch: int, commit: bool,
                       coordinator_epoch: int, partitions, still_wanted) -> None:
@@ -105,8 +106,13 @@ class MarkerSender:
                         done.add((topic.name, result.partition_index))
                     elif code == ErrorCode.TRANSACTION_COORDINATOR_FENCED:
                         raise CoordinatorFenced(f"{topic.name}-{result.partition_index}")
-                    elif code == ErrorCode.UNSUPPORTED_VERSION:
-                        log.info("node %d does not serve WriteTxnMarkers yet", leader.node_id)
+                    elif code == ErrorCode.UNSUPPORTED_VERSION and \
+                            leader.node_id not in self.unserved:
+                        self.unserved.add(leader.node_id)  # logged once: retried quietly
+                        log.warning("node %d does not serve WriteTxnMarkers: markers are "
+                                    "retried", leader.node_id)
+        if done:
+            self.unserved.discard(leader.node_id)
         return done
 
     def close(self) -> None:
