@@ -120,3 +120,22 @@ def test_kafka_python_commit(appliance, topic):
         client.close()
     finally:
         p.close(timeout=5)
+
+
+@needs_partition_side
+def test_confluent_new_producer_aborts_the_zombies_open_transaction(appliance, topic):
+    zombie = producer(appliance, "ck-zombie")
+    zombie.init_transactions(20)
+    zombie.begin_transaction()
+    zombie.produce(topic, b"from the zombie", partition=0)
+    zombie.flush(20)
+    successor = producer(appliance, "ck-zombie")
+    successor.init_transactions(30)  # aborts the zombie's transaction first
+    client = coordinator(appliance, "ck-zombie")
+    state = describe(client, "ck-zombie")
+    assert state.transaction_state in ("Empty", "CompleteAbort")
+    assert state.producer_epoch == 2  # fenced once for the abort, once for the successor
+    client.close()
+    with pytest.raises(KafkaException) as raised:
+        zombie.commit_transaction(20)
+    assert raised.value.args[0].fatal()

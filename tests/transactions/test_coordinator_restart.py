@@ -86,3 +86,37 @@ def test_kill_9_between_end_txn_and_the_markers(tmp_path):
         client.close()
     finally:
         appliance.stop()
+
+
+def test_snapshots_compact_the_log_and_a_reload_keeps_every_id(tmp_path):
+    from pathlib import Path
+
+    from appliance.segments.layout import read_state
+
+    appliance = Appliance(tmp_path / "appliance", log_dirs=1, settings={
+        **SETTINGS, "transaction.state.log.num.partitions": "1",
+        "transaction.state.log.segment.bytes": str(64 * 1024)}).start()
+    try:
+        client = coordinator(appliance, "tx-many-0")
+        epochs = {}
+        for _ in range(40):
+            for i in range(20):
+                answer = init(client, f"tx-many-{i}")
+                assert answer.error_code == 0
+                epochs[f"tx-many-{i}"] = (answer.producer_id, answer.producer_epoch)
+        assert epochs["tx-many-0"][1] == 39
+        directory = Path(appliance.log_dirs[0]) / "__transaction_state-0"
+        deadline = time.monotonic() + 10
+        while read_state(str(directory)).log_start_offset == 0:
+            assert time.monotonic() < deadline, "no snapshot moved the log start"
+            time.sleep(0.1)
+        client.close()
+        appliance.kill()
+        appliance.start()
+        client = coordinator(appliance, "tx-many-0")
+        for transactional_id, (producer_id, epoch) in epochs.items():
+            state = describe(client, transactional_id)
+            assert (state.producer_id, state.producer_epoch) == (producer_id, epoch)
+        client.close()
+    finally:
+        appliance.stop()

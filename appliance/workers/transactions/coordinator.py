@@ -39,6 +39,7 @@ from appliance.workers.groups.coordination import (
     offsets_replication_factor,
 )
 from appliance.workers.transactions import state as txn
+from appliance.workers.transactions.compaction import TxnCompaction
 from appliance.workers.transactions.markers import CoordinatorFenced, MarkerSender
 from appliance.workers.transactions.state import TxnError, TxnMetadata, TxnState
 from appliance.workers.transactions.txn_log import (
@@ -62,10 +63,12 @@ class TransactionCoordinator:
         self.worker = worker
         self.ids: dict[str, TxnMetadata] = {}
         self.writing: set[str] = set()  # ids with a transition in flight
+        self.inflight: dict[str, TxnMetadata] = {}  # their transitions, appended, not committed
         self.loaded: dict[int, int] = {}  # partition -> leader epoch it is served in
         self.loading: dict[int, tuple[int, asyncio.Future]] = {}
         self.completing: dict[str, asyncio.Task] = {}  # ids whose markers are being sent
         self.markers = MarkerSender(worker, security)
+        self.compaction = TxnCompaction(self)
         self.running = False
         self._task: asyncio.Task | None = None
         self._next_abort_ms = 0
@@ -180,6 +183,8 @@ class TransactionCoordinator:
     def _install(self, partition: int, epoch: int, loaded: LoadedTransactions) -> None:
         self.ids.update(loaded.ids)
         self.loaded[partition] = epoch
+        self.compaction.loaded(partition, self.worker.partitions.get(
+            TRANSACTION_TOPIC, partition).log.size_bytes)
         prepared = [m for m in loaded.ids.values() if m.state in txn.PREPARED]
         log.info("worker %d loaded %s-%d: %d transactional id(s) from %d record(s), %d to "
                  "complete", self.worker.index, TRANSACTION_TOPIC, partition, len(loaded.ids),
@@ -192,6 +197,7 @@ class TransactionCoordinator:
         loading = self.loading.pop(partition, None)
         if loading is not None:
             loading[1].cancel()
+        self.compaction.forget(partition)
         if self.loaded.pop(partition, None) is None:
             return
         info = self.worker.control.topic(TRANSACTION_TOPIC)
@@ -229,11 +235,13 @@ class TransactionCoordinator:
         if outcome.error != ErrorCode.NONE:
             raise TxnError(commit_error(outcome.error), outcome.message or outcome.error.name)
         self.writing.add(transactional_id)
+        self.inflight[transactional_id] = meta
         try:
             waiting = held.committed(outcome.last_offset, WRITE_TIMEOUT_MS)
             error = ErrorCode.NONE if waiting is None else await waiting
         finally:
             self.writing.discard(transactional_id)
+            self.inflight.pop(transactional_id, None)
         if error != ErrorCode.NONE:
             raise TxnError(commit_error(error), f"{TRANSACTION_TOPIC}-{partition}: "
                                                 f"{error.name}")
@@ -368,6 +376,7 @@ class TransactionCoordinator:
             try:
                 self.follow_leadership()
                 await self.tick(self.worker.now_ms())
+                await self.compaction.sweep(self.loaded)
             except Exception:
                 log.exception("transaction coordinator sweep failed")
 
