@@ -4,6 +4,8 @@ by leaders) is skipped until it is there: WriteTxnMarkers served (API 27 has a h
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from confluent_kafka import KafkaException, Producer
 
@@ -84,6 +86,7 @@ def test_confluent_commit_and_abort(appliance, topic):
         "CompleteCommit"
     p.begin_transaction()
     p.produce(topic, b"three", partition=0)
+    assert p.flush(20) == 0  # written, so the partition is in the transaction
     p.abort_transaction(20)
     assert wait_for_state(client, "ck-commit", "CompleteAbort").transaction_state == \
         "CompleteAbort"
@@ -139,3 +142,41 @@ def test_confluent_new_producer_aborts_the_zombies_open_transaction(appliance, t
     with pytest.raises(KafkaException) as raised:
         zombie.commit_transaction(20)
     assert raised.value.args[0].fatal()
+
+
+@needs_partition_side
+def test_read_committed_sees_committed_not_aborted(appliance):
+    from confluent_kafka import Consumer, TopicPartition
+
+    topic = topic_maker(appliance.bootstrap, partitions=1, prefix="txn-visible")()
+    p = producer(appliance, "ck-visible")
+    p.init_transactions(20)
+    for value, commit in [(b"committed-1", True), (b"aborted", False),
+                          (b"committed-2", True)]:
+        p.begin_transaction()
+        p.produce(topic, value, partition=0)
+        assert p.flush(20) == 0
+        if commit:
+            p.commit_transaction(20)
+        else:
+            p.abort_transaction(20)
+    client = coordinator(appliance, "ck-visible")
+    assert wait_for_state(client, "ck-visible", "CompleteCommit").transaction_state == \
+        "CompleteCommit"
+    client.close()
+    seen = {}
+    for isolation in ("read_committed", "read_uncommitted"):
+        consumer = Consumer({"bootstrap.servers": appliance.bootstrap, "group.id": isolation,
+                             "isolation.level": isolation, "enable.auto.commit": False})
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        values = []
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and len(values) < (2 if isolation ==
+                                                            "read_committed" else 3):
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                values.append(message.value())
+        consumer.close()
+        seen[isolation] = values
+    assert seen == {"read_committed": [b"committed-1", b"committed-2"],
+                    "read_uncommitted": [b"committed-1", b"aborted", b"committed-2"]}
