@@ -88,7 +88,7 @@ class Worker:
             link_security=self._link_security()), config.log_defaults)
         self.partitions = self.replication.replicas
         self.groups = GroupCoordinator(self)
-        self.transactions = TransactionCoordinator(self, self._link_security())
+        self.transactions = TransactionCoordinator(self, self._marker_security())
         self.handlers = dict(HANDLERS)
         self.advertised_api_versions = advertised_versions(set(self.handlers))
         self.connections: set[KafkaConnection] = set()
@@ -112,6 +112,14 @@ class Worker:
         if self.control.fleet_nodes is None and not self.config.zookeeper_connect:
             return LinkSecurity()
         return link_security(self.config, self.cluster_id, self.node_id)
+
+    def _marker_security(self) -> LinkSecurity:
+        """How the transaction coordinator dials partition leaders with WriteTxnMarkers: the
+        inter-broker listener with its TLS and SASL, alone as in a fleet (a leader with an
+        authorizer asks ClusterAction of the inter-broker principal), under a client id of
+        its own (it is no replica)."""
+        security = link_security(self.config, self.cluster_id, self.node_id)
+        return dataclasses.replace(security, client_id=f"klog-txn-coordinator-{self.node_id}")
 
     def new_authenticator(self, listener: Listener | None = None) -> Authenticator | None:
         """A new connection's SASL state on `listener` (default: the first), or None on a
