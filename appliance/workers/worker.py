@@ -119,6 +119,11 @@ class Worker:
         authorizer asks ClusterAction of the inter-broker principal), under a client id of
         its own (it is no replica)."""
         security = link_security(self.config, self.cluster_id, self.node_id)
+        if self.config.inter_broker_listener.uses_sasl and security.sasl is None:
+            log.warning("the inter-broker listener %s is SASL but has no credentials: "
+                        "transaction markers cannot be delivered until "
+                        "sasl.mechanism.inter.broker.protocol names them",
+                        security.listener)
         return dataclasses.replace(security, client_id=f"klog-txn-coordinator-{self.node_id}")
 
     def new_authenticator(self, listener: Listener | None = None) -> Authenticator | None:

@@ -26,9 +26,9 @@ from tests.worker.raw import RawClient
 E = ErrorCode
 
 
-def _acl(config, *args):
+def _acl(config, *args, principal="User:ANONYMOUS"):
     done = subprocess.run([sys.executable, "-m", "klog_cli.main", "acls", "add",
-                           "--allow-principal", "User:ANONYMOUS", *args, "--config",
+                           "--allow-principal", principal, *args, "--config",
                            str(config)], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
 
