@@ -38,6 +38,7 @@ class MarkerSender:
         self.links: dict[int, ReplicaLink] = {}
         self.locks: dict[int, asyncio.Lock] = defaultdict(asyncio.Lock)
         self.sent = 0  # WriteTxnMarkers requests answered (for tests and status)
+        self.failing: set[int] = set()  # nodes whose last request failed (logged once)
         self.unserved: set[int] = set()  # nodes that answered they do not serve it (logged)
 
     async def deliver(self, producer_id: int, producer_epoch: int, commit: bool,
@@ -90,13 +91,17 @@ class MarkerSender:
                 answer = await link.ask(write_txn_markers.SPEC.key, VERSION, request,
                                         timeout_s=30)
             except Exception as exc:  # unreachable, closed (an unknown API), timed out
-                log.info("markers for producer %d to node %d not delivered yet: %r",
-                         producer_id, leader.node_id, exc)
+                first = leader.node_id not in self.failing
+                self.failing.add(leader.node_id)  # logged once, then retried quietly
+                log.log(logging.WARNING if first else logging.DEBUG,
+                        "markers for producer %d to node %d not delivered yet (retried): %r",
+                        producer_id, leader.node_id, exc)
                 dropped = self.links.pop(leader.node_id, None)
                 if dropped is not None:
                     dropped.abort()
                 return set()
         self.sent += 1
+        self.failing.discard(leader.node_id)
         done = set()
         for marker in answer.markers:
             for topic in marker.topics:
