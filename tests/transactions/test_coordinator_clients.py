@@ -180,3 +180,40 @@ def test_read_committed_sees_committed_not_aborted(appliance):
         seen[isolation] = values
     assert seen == {"read_committed": [b"committed-1", b"committed-2"],
                     "read_uncommitted": [b"committed-1", b"aborted", b"committed-2"]}
+
+
+def _aiokafka_run(appliance, transactional_id: str, topic: str | None):
+    import asyncio
+
+    aiokafka = pytest.importorskip("aiokafka")
+
+    async def run():
+        p = aiokafka.AIOKafkaProducer(bootstrap_servers=appliance.bootstrap,
+                                      transactional_id=transactional_id,
+                                      request_timeout_ms=20_000)
+        await p.start()  # InitProducerId v0 with the transactional id
+        try:
+            if topic is not None:
+                async with p.transaction():
+                    await p.send_and_wait(topic, b"aio", partition=0)
+        finally:
+            await p.stop()
+
+    asyncio.run(run())
+
+
+def test_aiokafka_init(appliance):
+    _aiokafka_run(appliance, "aio-init", None)
+    client = coordinator(appliance, "aio-init")
+    state = describe(client, "aio-init")
+    assert (state.error_code, state.transaction_state) == (0, "Empty")
+    client.close()
+
+
+@needs_partition_side
+def test_aiokafka_commit(appliance, topic):
+    _aiokafka_run(appliance, "aio-commit", topic)
+    client = coordinator(appliance, "aio-commit")
+    assert wait_for_state(client, "aio-commit", "CompleteCommit").transaction_state == \
+        "CompleteCommit"
+    client.close()
