@@ -75,6 +75,10 @@ def test_an_exhausted_epoch_gets_a_new_producer_id():
     meta = dataclasses.replace(fresh(), producer_epoch=txn.MAX_EPOCH)
     bumped = init(meta, new_id=ids(5000)).write
     assert (bumped.producer_id, bumped.producer_epoch) == (5000, 0)
+    # KIP-360: a retry of that bump (the old id, its spent epoch) gets the new pair as is
+    assert init(bumped, expected_id=1000, expected_epoch=txn.MAX_EPOCH).write is None
+    with pytest.raises(TxnError):
+        init(bumped, expected_id=1000, expected_epoch=3)
 
 
 def test_timeout_over_the_maximum_is_invalid():

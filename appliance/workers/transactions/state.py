@@ -113,9 +113,9 @@ class InitResult:
 
 def _bumped(meta: TxnMetadata, new_producer_id) -> dict:
     """The next (producer id, epoch): the epoch + 1, or a new id once the epoch is spent."""
-    if meta.producer_epoch >= MAX_EPOCH:
+    if meta.producer_epoch >= MAX_EPOCH:  # a retry names the old id and its spent epoch
         return {"producer_id": new_producer_id(), "producer_epoch": 0,
-                "last_producer_id": meta.producer_id, "last_producer_epoch": NO_EPOCH}
+                "last_producer_id": meta.producer_id, "last_producer_epoch": meta.producer_epoch}
     return {"producer_epoch": meta.producer_epoch + 1,
             "last_producer_id": meta.producer_id, "last_producer_epoch": meta.producer_epoch}
 
