@@ -6,6 +6,7 @@ Layout (Kafka's, so ``kafka-dump-log`` habits carry over)::
         00000000000000000000.log          record batches, byte for byte as produced
         00000000000000000000.index        offset index: (relative offset int32, position int32)
         00000000000000000000.timeindex    time index: (timestamp int64, relative offset int32)
+        00000000000000000000.txnindex     aborted transactions (txn_index.py), when any
         00000000000000368769.log ...      the next segment, named by its base offset
         00000000000000000000.log.deleted  a deleted segment, removed after file.delete.delay.ms
         partition.state                   log start offset and the clean-shutdown flag
@@ -25,6 +26,7 @@ from typing import NamedTuple
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
+TXN_INDEX_SUFFIX = ".txnindex"
 DELETED_SUFFIX = ".deleted"
 STATE_FILE = "partition.state"
 _STATE_VERSION = "1"
@@ -59,7 +61,7 @@ def leftover_files(directory: str, bases: list[int]) -> list[str]:
     found = []
     for name in os.listdir(directory):
         stem, _, suffix = name.partition(".")
-        orphan_index = suffix in ("index", "timeindex") and stem not in live
+        orphan_index = suffix in ("index", "timeindex", "txnindex") and stem not in live
         if name.endswith((DELETED_SUFFIX, ".tmp")) or orphan_index:
             found.append(os.path.join(directory, name))
     return found

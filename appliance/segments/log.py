@@ -31,7 +31,7 @@ from typing import NamedTuple
 
 from klog.protocol import record_batch as rb
 
-from . import faults, log_reads, policy, retention
+from . import faults, log_reads, policy, retention, txn_index
 from .attach import AttachPoint
 from .config import LONG_MAX, LogConfig
 from .errors import CorruptRecordError, LogClosedError, StorageError, storage_errors
@@ -42,6 +42,7 @@ from .log_reads import EMPTY_SLICE, BatchPosition, ReadSlice
 from .recovery_scan import RecoveryReport
 from .segment import LogSegment
 from .segment_list import SegmentList
+from .txn_index import AbortedTxn
 from .validation import validate_append
 
 __all__ = ["EMPTY_SLICE", "AppendInfo", "AttachPoint", "BatchPosition", "LogSnapshot",
@@ -99,6 +100,11 @@ class PartitionLog:
         # follower: until its leader says so); alone, it follows the log end.
         self.hold_high_watermark = False
         self._epochs: LeaderEpochCache | None = None
+        # Transactions (KIP-98): the first offset of the earliest open transaction, which
+        # holds read_committed consumers back, and how many aborted ones the .txnindex files
+        # hold (0: no file to read). The producer state sets them; the log only applies them.
+        self.first_unstable_offset: int | None = None
+        self.aborted_txns = 0
 
     @classmethod
     def open(cls, directory: str, config: LogConfig, *, now_ms: int, verify: str = "tail",
@@ -143,6 +149,48 @@ class PartitionLog:
         """What consumers may read. Equals the log end offset for single-copy logs; a separate
         notion so that replication can hold it back."""
         return self._high_watermark
+
+    @property
+    def last_stable_offset(self) -> int:
+        """What read_committed consumers may read: the high watermark, or the first offset of
+        the earliest open transaction below it."""
+        first = self.first_unstable_offset
+        hwm = self._high_watermark
+        return hwm if first is None or first >= hwm else first
+
+    def aborted_transactions(self, fetch_offset: int, upper_offset: int) -> list[AbortedTxn]:
+        """The aborted transactions that overlap [fetch_offset, upper_offset), from the
+        segments' .txnindex files (txn_index.py). Raises StorageError."""
+        if not self.aborted_txns:
+            return []
+        with storage_errors(self.directory, "read the .txnindex files of"):
+            return txn_index.collect(self.directory, fetch_offset, upper_offset)
+
+    def add_aborted_txn(self, entry: AbortedTxn) -> None:
+        """Index a transaction whose ABORT marker was just appended (in the active segment).
+        Raises StorageError."""
+        with storage_errors(self.directory, "write the .txnindex of"):
+            txn_index.append(self.directory, self.segments.active.base_offset, entry)
+        self.aborted_txns += 1
+
+    def reconcile_txn_index(self, expected: dict[int, list[AbortedTxn]]) -> int:
+        """Recovery of the .txnindex files: make them hold `expected` (segment base -> the
+        aborted transactions whose markers it holds, as the log's control batches say);
+        returns how many files were rewritten or removed. Raises StorageError."""
+        with storage_errors(self.directory, "rebuild the .txnindex files of"):
+            changed = txn_index.reconcile(self.directory,
+                                          [s.base_offset for s in self.segments], expected)
+        self.aborted_txns = sum(len(v) for v in expected.values())
+        return changed
+
+    def read_batch(self, where: BatchPosition, size: int) -> bytes:
+        """The bytes of one batch that iter_batch_headers found (a control batch's marker)."""
+        for segment in self.segments:
+            if segment.base_offset == where.segment_base_offset:
+                with storage_errors(segment.path, "read"):
+                    return segment.read_bytes(where.position, size)
+        raise StorageError(f"no segment {where.segment_base_offset}", path=self.directory,
+                           errno=None, operation="read a batch of")
 
     @property
     def recovery_point(self) -> int:
@@ -370,11 +418,14 @@ class PartitionLog:
 
     # -- reading (log_reads.py) -------------------------------------------------------------
 
-    def read(self, offset: int, max_bytes: int) -> ReadSlice:
+    def read(self, offset: int, max_bytes: int, *, committed: bool = False) -> ReadSlice:
         """Whole batches from the one holding ``offset``, in one segment, up to ``max_bytes``
-        but at least one batch (KIP-74), never past the high watermark. Empty (falsy) at the
-        high watermark. O(log n) in the segment's index plus a short scan of headers.
+        but at least one batch (KIP-74), never past the high watermark (the last stable
+        offset when ``committed``). Empty (falsy) there. O(log n) in the segment's index
+        plus a short scan of headers.
         Raises OffsetOutOfRangeError outside [log start, log end], LogClosedError."""
+        if committed:
+            return log_reads.read(self, offset, max_bytes, end_offset=self.last_stable_offset)
         return log_reads.read(self, offset, max_bytes)
 
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:

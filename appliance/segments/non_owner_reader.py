@@ -89,13 +89,16 @@ class PartitionReader:
 
     def read(self, offset: int, max_bytes: int, *, log_start_offset: int, high_watermark: int,
              active_base_offset: int, active_bytes: int, log_end_offset: int | None = None,
-             hint: Hint | None = None) -> ReadSlice:
+             hint: Hint | None = None, last_stable_offset: int | None = None) -> ReadSlice:
         """What the owner's ``read(offset, max_bytes)`` answers with these numbers: whole
         batches from the one holding ``offset``, in one segment, up to ``max_bytes`` but at
-        least one batch, never past the high watermark nor ``active_bytes``; empty at the high
-        watermark. Raises OffsetOutOfRangeError outside [log start, log end] (the log end
-        defaults to the high watermark), or when the segment was deleted meanwhile."""
+        least one batch, never past the high watermark (``last_stable_offset`` when given: a
+        read_committed read) nor ``active_bytes``; empty there. Raises OffsetOutOfRangeError
+        outside [log start, log end] (the log end defaults to the high watermark), or when
+        the segment was deleted meanwhile."""
         self._begin(offset, log_start_offset, high_watermark, log_end_offset, active_base_offset)
+        if last_stable_offset is not None and last_stable_offset < high_watermark:
+            high_watermark = last_stable_offset
         self._stats.reads += 1
         if offset >= high_watermark:
             return EMPTY_SLICE

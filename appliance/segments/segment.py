@@ -55,7 +55,14 @@ from . import faults
 from .config import LogConfig
 from .errors import CorruptRecordError, StorageError
 from .index import OffsetIndex, TimeIndex
-from .layout import DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, segment_path
+from .layout import (
+    DELETED_SUFFIX,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    segment_path,
+)
 
 _PAGE = 4096
 COPY_THRESHOLD = 32 * 1024  # smaller appends: one patched copy, one iovec (see the docstring)
@@ -109,7 +116,7 @@ class LogSegment:
         """A new, empty, active segment; stale files of the same name are replaced.
         Raises StorageError (ENOSPC when the disk cannot hold ``segment.bytes``)."""
         try:
-            for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(segment_path(directory, base_offset, suffix))
             segment = cls(directory, base_offset, config, now_ms=now_ms)
@@ -284,7 +291,7 @@ class LogSegment:
 
     def rename_for_deletion(self) -> None:
         """Rename the files to ``*.deleted``; the open fd stays valid for readers."""
-        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
             path = segment_path(self.directory, self.base_offset, suffix)
             if os.path.exists(path):
                 os.rename(path, path + DELETED_SUFFIX)
@@ -293,7 +300,7 @@ class LogSegment:
     def remove_files(self) -> None:
         """Unlink the files: the ``*.deleted`` names once renamed (a live segment with the same
         base offset may exist by then), else the live names. Call after :meth:`close`."""
-        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
             path = segment_path(self.directory, self.base_offset, suffix)
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path + DELETED_SUFFIX if self.deleted else path)

@@ -13,7 +13,7 @@ K = index_entries)::
     out_offset           W fetch-out tables      out_table_bytes each (page-aligned start)
     metrics_offset       W metrics areas         METRICS_AREA_BYTES (256 KiB) each
 
-    total_bytes = page_up(page_up(page_up(4096 + 384 W) + P (320 + line_up(80 + 8 K)))
+    total_bytes = page_up(page_up(page_up(4096 + 384 W) + P (320 + line_up(96 + 8 K)))
                           + W line_up(64 + 24 P)) + W 262144
 
     W=16, P=16384, K=64 (the defaults):  25.0 MiB      W=4,  P=4096,  K=64:  5.1 MiB
@@ -46,7 +46,7 @@ from typing import NamedTuple
 
 MAGIC = b"KLOGSHM\x01"
 MAGIC_PREFIX = b"KLOGSHM"  # what every version's magic starts with
-LAYOUT_VERSION = 2  # 2: the per-worker metrics areas
+LAYOUT_VERSION = 3  # 2: the per-worker metrics areas; 3: last stable offset, aborted txns
 PAGE = 4096
 LINE = 64
 SEQ = struct.Struct("<Q")  # the u64 sequence opening every seqlocked entry (seqlock.load/store
@@ -177,9 +177,11 @@ PARTITION_LOG = struct.Struct(  # after the part's seq; written by the owner
     "q"  # 56  size_bytes                  the whole log
     "Q"  # 64  records_in                  cumulative records appended
     "Q"  # 72  bytes_in                    cumulative bytes appended
+    "q"  # 80  last_stable_offset          what read_committed consumers may read (KIP-98)
+    "Q"  # 88  aborted_txns                aborted transactions indexed (0: no .txnindex)
 )
-PARTITION_LOG_PUBLISH = struct.Struct("<I6q2Q")  # the same fields from index_total on (at +12)
-PARTITION_LOG_HEAD = SEQ_BYTES + PARTITION_LOG.size  # 80: the ring starts here
+PARTITION_LOG_PUBLISH = struct.Struct("<I6q2QqQ")  # the same fields from index_total on (+12)
+PARTITION_LOG_HEAD = SEQ_BYTES + PARTITION_LOG.size  # 96: the ring starts here
 INDEX_ENTRY = struct.Struct(
     "<"
     "I"  # relative offset   offset - active_segment_base_offset (Kafka's .index key)

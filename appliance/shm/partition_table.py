@@ -128,7 +128,7 @@ class PartitionTable:
         slot = heapq.heappop(free)
         off = self._offset(slot)
         epoch = (self._load_dir(slot).epoch + 1) & U32
-        body = PARTITION_LOG.pack(epoch, 0, -1, -1, -1, -1, 0, 0, 0, 0)
+        body = PARTITION_LOG.pack(epoch, 0, -1, -1, -1, -1, 0, 0, 0, 0, -1, 0)
         odd = seqlock.begin_repair(self._buf, off + PARTITION_DIR_BYTES)  # a dead owner's, maybe
         self._buf[off + PARTITION_DIR_BYTES + SEQ_BYTES:off + PARTITION_DIR_BYTES +
                   PARTITION_LOG_HEAD] = body
@@ -173,10 +173,13 @@ class PartitionTable:
                           high_watermark: int, log_end_offset: int,
                           active_segment_base_offset: int, active_segment_bytes: int,
                           size_bytes: int, index_entries: Iterable[tuple[int, int]] = (),
-                          records_in: int = 0, bytes_in: int = 0) -> None:
+                          records_in: int = 0, bytes_in: int = 0, *,
+                          last_stable_offset: int | None = None, aborted_txns: int = 0) -> None:
         """Publish the log's state after an append or a roll: absolute offsets and sizes, the
         new (offset, position) index entries of the active segment (appended to the ring; a
         new active base offset empties it first), and the records/bytes this append added.
+        ``last_stable_offset`` (None: the high watermark, no transaction open) and
+        ``aborted_txns`` are the read_committed side (KIP-98).
         ``epoch`` is the slot's epoch when the owner attached (PartitionView.epoch): a slot
         freed and reallocated meanwhile raises FreeSlotError instead of being overwritten.
         Raises TornEntryError if the entry was left mid-update: call rewrite_partition."""
@@ -185,7 +188,7 @@ class PartitionTable:
             raise IndexError(f"partition slot {slot} out of range [0, {self._count})")
         off = self._base + self._stride * slot + PARTITION_DIR_BYTES
         (seq, stored_epoch, total, _s, _h, _e, base, _a, _z,
-         records, nbytes) = _LOG_WITH_SEQ.unpack_from(buf, off)  # ours: stable
+         records, nbytes, _l, _t) = _LOG_WITH_SEQ.unpack_from(buf, off)  # ours: stable
         if seq & 1:
             raise TornEntryError(f"partition slot {slot} (log part)", off, seq)
         if stored_epoch != epoch:
@@ -206,7 +209,8 @@ class PartitionTable:
                 total += 1
         body = PARTITION_LOG_PUBLISH.pack(
             total, log_start_offset, high_watermark, log_end_offset, active_segment_base_offset,
-            active_segment_bytes, size_bytes, records + records_in, nbytes + bytes_in)
+            active_segment_bytes, size_bytes, records + records_in, nbytes + bytes_in,
+            high_watermark if last_stable_offset is None else last_stable_offset, aborted_txns)
         buf[off:off + 8] = _u64(seq + 1)  # seqlock.store, inlined: this runs per append
         for at, rel, position in staged:
             _entry_pack(buf, at, rel, position)
@@ -219,7 +223,8 @@ class PartitionTable:
                           high_watermark: int, log_end_offset: int,
                           active_segment_base_offset: int, active_segment_bytes: int,
                           size_bytes: int, index_entries: Iterable[tuple[int, int]] = (),
-                          records_in: int = 0, bytes_in: int = 0) -> None:
+                          records_in: int = 0, bytes_in: int = 0, *,
+                          last_stable_offset: int | None = None, aborted_txns: int = 0) -> None:
         """The repair path: rewrite the whole log part, torn or not. ``index_entries`` are all
         the active segment's entries, oldest first (the ring keeps the newest K); the counters
         are absolute (a torn entry's counts are lost: pass what the owner knows, or 0).
@@ -234,7 +239,8 @@ class PartitionTable:
         total, k = len(entries), self._k
         body = PARTITION_LOG.pack(
             current.epoch, total, log_start_offset, high_watermark, log_end_offset,
-            active_segment_base_offset, active_segment_bytes, size_bytes, records_in, bytes_in)
+            active_segment_base_offset, active_segment_bytes, size_bytes, records_in, bytes_in,
+            high_watermark if last_stable_offset is None else last_stable_offset, aborted_txns)
         odd = seqlock.begin_repair(self._buf, off)
         for n in range(max(0, total - k), total):
             _entry_pack(self._buf, off + PARTITION_LOG_HEAD + (n % k) * 8, *entries[n])

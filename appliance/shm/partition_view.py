@@ -37,6 +37,8 @@ class PartitionView(NamedTuple):
     size_bytes: int
     records_in: int
     bytes_in: int
+    last_stable_offset: int  # the high watermark, or the first offset of an open transaction
+    aborted_txns: int  # 0: no aborted transaction to look up in the .txnindex files
     index_ring: bytes  # K raw INDEX_ENTRYs; see index_entries()
 
     @property

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from appliance.segments import txn_index
 from appliance.segments.layout import partition_dir
 from appliance.segments.log import AttachPoint
 from appliance.segments.non_owner_reader import PartitionReader
@@ -69,7 +70,9 @@ class Publisher:
         entries = partition_log.active_index_entries()
         table.rewrite_partition(slot, epoch, snap.log_start_offset, snap.high_watermark,
                                 snap.log_end_offset, snap.active_base_offset, snap.active_bytes,
-                                partition_log.size_bytes, entries)
+                                partition_log.size_bytes, entries,
+                                last_stable_offset=partition_log.last_stable_offset,
+                                aborted_txns=partition_log.aborted_txns)
         return Publication(slot, epoch, snap.active_base_offset, len(entries))
 
     def publish(self, publication: Publication | None, partition_log, records_in: int = 0,
@@ -87,7 +90,9 @@ class Publisher:
             self.region.partitions.publish_partition(
                 publication.slot, publication.epoch, snap.log_start_offset,
                 snap.high_watermark, snap.log_end_offset, snap.active_base_offset,
-                snap.active_bytes, partition_log.size_bytes, entries, records_in, bytes_in)
+                snap.active_bytes, partition_log.size_bytes, entries, records_in, bytes_in,
+                last_stable_offset=partition_log.last_stable_offset,
+                aborted_txns=partition_log.aborted_txns)
         except FreeSlotError:
             return  # the topic was deleted meanwhile; the catalog broadcast follows
         publication.active_base = snap.active_base_offset
@@ -112,7 +117,16 @@ class RemoteLog:
     def log_start_offset(self) -> int:
         return self.view.log_start_offset
 
-    def read(self, offset: int, max_bytes: int):
+    @property
+    def last_stable_offset(self) -> int:
+        return self.view.last_stable_offset
+
+    def aborted_transactions(self, fetch_offset: int, upper_offset: int) -> list:
+        if not self.view.aborted_txns:
+            return []  # nothing was ever aborted here: no .txnindex file to look for
+        return txn_index.collect(self.reader.directory, fetch_offset, upper_offset)
+
+    def read(self, offset: int, max_bytes: int, *, committed: bool = False):
         view = self.view
         if not view.published:
             raise NotPublishedError(f"{view.topic}-{view.partition}: its owner has not "
@@ -125,7 +139,9 @@ class RemoteLog:
                                  log_end_offset=view.log_end_offset,
                                  active_base_offset=view.active_segment_base_offset,
                                  active_bytes=view.active_segment_bytes,
-                                 hint=tuple(hint) if hint is not None else None)
+                                 hint=tuple(hint) if hint is not None else None,
+                                 last_stable_offset=view.last_stable_offset if committed
+                                 else None)
         if piece:
             self.region.fetch_out.add_partition_out(self.slot, view.epoch, self.worker_index,
                                                     piece.length, 0)

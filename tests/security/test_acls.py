@@ -41,7 +41,9 @@ from kafka.admin import (
 from kafka.admin import ResourceType as PyResourceType
 
 import klog as klog_client
-from klog.protocol.apis import fetch, init_producer_id, list_offsets
+from klog.protocol.apis import fetch, init_producer_id, list_offsets, write_txn_markers
+from klog.protocol.apis import produce as produce_api
+from klog.protocol.records import build_batch
 from tests.conftest import REPO
 from tests.security.helpers import (
     PLAIN_USERS,
@@ -349,6 +351,33 @@ def test_an_idempotent_producer_needs_write_on_some_topic(appliance):
         answer = admin.request(init_producer_id, transactional_id=None,
                                transaction_timeout_ms=60_000)
     assert answer.error_code == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+
+
+def test_a_transactional_produce_needs_write_on_its_transactional_id(appliance):
+    # alice may write a, but no TRANSACTIONAL_ID: Kafka refuses the whole request
+    batch = build_batch([(0, None, b"t", ())], producer_id=1, producer_epoch=0,
+                        base_sequence=0, is_transactional=True)
+    with klog_admin(appliance, AS_ALICE) as admin:
+        answer = admin.request(produce_api, transactional_id="alices-txn", acks=-1,
+                               timeout_ms=10_000, topic_data=[produce_api.TopicProduceData(
+                                   name="a", partition_data=[produce_api.PartitionProduceData(
+                                       index=0, records=batch)])])
+    assert answer.responses[0].partition_responses[0].error_code == \
+        KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+
+
+def test_only_a_broker_writes_transaction_markers(appliance):
+    markers = [write_txn_markers.WritableTxnMarker(
+        producer_id=1, producer_epoch=0, transaction_result=False, coordinator_epoch=0,
+        topics=[write_txn_markers.WritableTxnMarkerTopic(name="a", partition_indexes=[0])])]
+    with klog_admin(appliance, AS_ALICE) as admin:
+        refused = admin.request(write_txn_markers, markers=markers)
+    assert refused.markers[0].topics[0].partitions[0].error_code == \
+        KafkaError.CLUSTER_AUTHORIZATION_FAILED
+    with klog_admin(appliance, ADMIN) as admin:  # a super user has CLUSTER_ACTION
+        allowed = admin.request(write_txn_markers, markers=markers)
+    assert allowed.markers[0].topics[0].partitions[0].error_code in (
+        0, KafkaError.NOT_LEADER_FOR_PARTITION)  # whichever worker was asked answers
 
 
 def test_alice_may_not_alter_describe_configs_or_manage_groups(appliance):

@@ -16,7 +16,7 @@ def test_struct_sizes_and_line_alignment():
     assert layout.WORKER_STATIC_BYTES == 320 and layout.WORKER_LIVE_BYTES == 64
     assert layout.WORKER_SLOT_BYTES % LINE == 0
     assert layout.PARTITION_DIR_BYTES == 320
-    assert layout.PARTITION_LOG_HEAD == 80
+    assert layout.PARTITION_LOG_HEAD == 96  # v3: the last stable offset and the aborted count
     assert layout.PARTITION_LOG_PUBLISH.size == layout.PARTITION_LOG.size - 4
     assert layout.OUT_CELL.size == 24 and layout.INDEX_ENTRY.size == 8
 
@@ -44,7 +44,7 @@ def _formula(w: int, p: int, k: int) -> int:
     def page_up(n):
         return -(-n // PAGE) * PAGE
 
-    return page_up(page_up(page_up(4096 + 384 * w) + p * (320 + line_up(80 + 8 * k)))
+    return page_up(page_up(page_up(4096 + 384 * w) + p * (320 + line_up(96 + 8 * k)))
                    + w * line_up(64 + 24 * p)) + w * 262144
 
 

@@ -195,7 +195,7 @@ def _worker(name: str, index: int, stop) -> None:
 
 def test_the_appliance_calls(tmp_path):
     config = SimpleNamespace(broker_id=3, log_dirs=(tmp_path / "d0", tmp_path / "d1"),
-                             listeners=SimpleNamespace(port=19092), shm_max_partitions=32)
+                             first_listener=SimpleNamespace(port=19092), shm_max_partitions=32)
     name = region_name_for(config)
     appliance = ApplianceRegion.create(config)
     try:

@@ -40,6 +40,7 @@ from appliance.workers.handlers import (
     sasl_authenticate,
     sasl_handshake,
     sync_group,
+    write_txn_markers,
 )
 
 MODULES = (
@@ -48,8 +49,8 @@ MODULES = (
     leave_group, offset_commit, offset_fetch, list_groups, describe_groups, delete_groups,
     create_partitions, offset_for_leader_epoch, sasl_handshake, sasl_authenticate,
     describe_acls, create_acls, delete_acls, describe_user_scram_credentials,
-    alter_user_scram_credentials, add_partitions_to_txn, add_offsets_to_txn, end_txn,
-    describe_transactions, list_transactions,
+    alter_user_scram_credentials, write_txn_markers, add_partitions_to_txn, add_offsets_to_txn,
+    end_txn, describe_transactions, list_transactions,
 )
 
 HANDLERS = {module.API_KEY: module.handle for module in MODULES}

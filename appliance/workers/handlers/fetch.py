@@ -19,6 +19,12 @@ watermark but within the log is answered empty, never OFFSET_OUT_OF_RANGE: a lea
 elected holds records up to the old leader's high watermark, which consumers have read, before
 its own high watermark has caught up (it waits for its followers' next fetches), and clients
 reset their position on OFFSET_OUT_OF_RANGE.
+
+Transactions (KIP-98): every answer carries the partition's last stable offset (the high
+watermark while no transaction is open). A read_committed consumer (isolation_level 1) reads
+below it only, and is told the aborted transactions (producer id, first offset) that overlap
+what it gets, from the segments' .txnindex files, so it drops their records; any worker
+serves it, the LSO and an aborted count being published in shm beside the high watermark.
 """
 
 from __future__ import annotations
@@ -38,17 +44,31 @@ from klog.protocol.error_codes import ErrorCode
 
 API_KEY = fetch.SPEC.key
 INLINE_RECORDS_BYTES = 64 * 1024
+READ_COMMITTED = 1
 
 
-def _partition(index, error, log=None, records=b""):
-    hwm = log.high_watermark if log else -1
+def _partition(index, error, log=None, records=b"", aborted=None):
+    if log is None:
+        hwm = lso = start = -1
+    else:
+        hwm, lso, start = log.high_watermark, log.last_stable_offset, log.log_start_offset
     return fetch.PartitionData(
         partition_index=index, error_code=int(error), high_watermark=hwm,
-        last_stable_offset=hwm, log_start_offset=log.log_start_offset if log else -1,
-        aborted_transactions=None, preferred_read_replica=-1, records=records)
+        last_stable_offset=lso, log_start_offset=start, aborted_transactions=aborted,
+        preferred_read_replica=-1, records=records)
 
 
-def _read(worker, topic, part, budget, must_fill, replica_id=-1):
+def _aborted(readable, fetch_offset: int):
+    """A read_committed answer's aborted transactions that overlap what it returns (it stops
+    at the last stable offset, the bound asked for); None when there are none."""
+    found = readable.aborted_transactions(fetch_offset, readable.last_stable_offset)
+    if not found:
+        return None
+    return [fetch.AbortedTransaction(producer_id=a.producer_id, first_offset=a.first_offset)
+            for a in found]
+
+
+def _read(worker, topic, part, budget, must_fill, replica_id=-1, committed=False):
     """One partition's answer and the bytes it carries. Any worker serves any partition of
     the appliance: its own from its logs, the others' through the shared-memory index."""
     if replica_id < 0:
@@ -68,7 +88,8 @@ def _read(worker, topic, part, budget, must_fill, replica_id=-1):
             if isinstance(piece, ErrorCode):
                 return _partition(part.partition, piece), 0, True
         else:
-            piece = readable.read(part.fetch_offset, wanted) if wanted else None
+            piece = readable.read(part.fetch_offset, wanted, committed=committed) \
+                if wanted else None
     except OffsetOutOfRangeError:
         return _partition(part.partition, ErrorCode.OFFSET_OUT_OF_RANGE, readable), 0, True
     except StorageError:
@@ -79,9 +100,14 @@ def _read(worker, topic, part, budget, must_fill, replica_id=-1):
         return _partition(part.partition, ErrorCode.NONE, readable), 0, False
     if piece.length > limit and not must_fill:
         return _partition(part.partition, ErrorCode.NONE, readable), 0, False
+    try:
+        aborted = _aborted(readable, part.fetch_offset) if committed else None
+    except StorageError:
+        return _partition(part.partition, ErrorCode.KAFKA_STORAGE_ERROR, readable), 0, True
     records = _small_read(piece) or FileRegion(piece.fd, piece.position, piece.length)
     worker.note_fetched(topic, part.partition, piece.length)
-    return _partition(part.partition, ErrorCode.NONE, readable, records), piece.length, False
+    return (_partition(part.partition, ErrorCode.NONE, readable, records, aborted),
+            piece.length, False)
 
 
 def _follower_read(worker, topic, part, replica_id, max_bytes):
@@ -112,6 +138,7 @@ def build(worker, body, denied=frozenset()):
     total = 0
     errored = False
     responses = []
+    committed = body.isolation_level == READ_COMMITTED and body.replica_id < 0
     for topic in body.topics:
         partitions = []
         for part in topic.partitions:
@@ -121,7 +148,7 @@ def build(worker, body, denied=frozenset()):
                 errored = True
                 continue
             data, size, error = _read(worker, topic.topic, part, budget - total, total == 0,
-                                      body.replica_id)
+                                      body.replica_id, committed)
             partitions.append(data)
             total += size
             errored = errored or error

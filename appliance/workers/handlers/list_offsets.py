@@ -8,6 +8,9 @@ leader-epoch cache. A leader just elected whose high watermark has not reached t
 its own epoch yet (its followers have not fetched from it) answers LATEST, and a timestamp
 it cannot place below that high watermark, with OFFSET_NOT_AVAILABLE (retriable, Kafka's
 KIP-207 rule) instead of an offset below what the fleet already committed.
+
+isolation_level read_committed (v2+, KIP-98) answers LATEST with the last stable offset, and
+a timestamp only below it, as Kafka does.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ API_KEY = list_offsets.SPEC.key
 LATEST = -1
 EARLIEST = -2
 NO_EPOCH = -1
+READ_COMMITTED = 1  # isolation_level (v2+; v1 has none: read_uncommitted)
 
 
 def _refuse(index: int, error: ErrorCode):
@@ -32,7 +36,7 @@ def _refuse(index: int, error: ErrorCode):
         leader_epoch=NO_EPOCH)
 
 
-def _answer(worker, topic, part, replica_id: int):
+def _answer(worker, topic, part, replica_id: int, committed: bool = False):
     index = part.partition_index
     info = worker.control.topic(topic)
     if replica_id < 0:
@@ -52,12 +56,15 @@ def _answer(worker, topic, part, replica_id: int):
         if part.timestamp == LATEST:
             if lagging:
                 return _refuse(index, ErrorCode.OFFSET_NOT_AVAILABLE)
-            offset, timestamp, epoch = log.high_watermark, -1, leader_epoch
+            offset = log.last_stable_offset if committed else log.high_watermark
+            timestamp, epoch = -1, leader_epoch
         else:
             if part.timestamp == EARLIEST:
                 found = log.log_start_offset, -1
             else:
                 found = log.offset_for_timestamp(part.timestamp)
+                if committed and found is not None and found[0] >= log.last_stable_offset:
+                    found = None  # past what read_committed consumers may read (Kafka's rule)
                 if found is None and lagging:
                     return _refuse(index, ErrorCode.OFFSET_NOT_AVAILABLE)
             offset, timestamp = found if found is not None else (-1, -1)
@@ -78,13 +85,15 @@ def _high_watermark_lags(log, epochs, leader_epoch: int) -> bool:
 
 def handle(worker: HandlerContext, request):
     replica_id = request.body.replica_id
+    committed = request.body.isolation_level == READ_COMMITTED
     denied = access.refused_topics(worker, request, Operation.DESCRIBE,
                                    [t.name for t in request.body.topics])
     topics = [
         list_offsets.ListOffsetsTopicResponse(
             name=topic.name,
             partitions=[_refuse(p.partition_index, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
-                        if topic.name in denied else _answer(worker, topic.name, p, replica_id)
+                        if topic.name in denied
+                        else _answer(worker, topic.name, p, replica_id, committed)
                         for p in topic.partitions])
         for topic in request.body.topics
     ]

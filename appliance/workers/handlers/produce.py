@@ -6,13 +6,20 @@ the batches are on disk through the worker's group commit (many producers share 
 fdatasync) and, for a replicated partition, once its high watermark has passed them. acks=1
 answers once the batches are in the log (visible to fetches); acks=0 gets no response at
 all, as in Kafka. zstd needs Produce v7+ (KIP-110).
+
+Transactions (KIP-98): a request with a `transactional_id` needs WRITE on that
+TRANSACTIONAL_ID when an authorizer is set (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED on every
+partition, Kafka's answer); its transactional batches open the producer's transaction on each
+partition (`Partition`). Whether the coordinator added the partition to the transaction is not
+checked here, as in Kafka before KIP-890's second part: a partition not added is written and
+its transaction left open until a marker ends it.
 """
 
 from __future__ import annotations
 
 import asyncio
 
-from appliance.security.acls import Operation
+from appliance.security.acls import Operation, ResourceType
 from appliance.workers import access
 from appliance.workers.connection import NO_RESPONSE
 from appliance.workers.handler_context import HandlerContext
@@ -75,15 +82,16 @@ def handle(worker: HandlerContext, request):
     waiting = []  # (partition response, its acks=all future)
     denied = access.refused_topics(worker, request, Operation.WRITE,
                                    [t.name for t in body.topic_data])
+    txn_denied = body.transactional_id is not None and not access.allowed(
+        worker, request, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id)
     for topic_data in body.topic_data:
         name = topic_data.name
         if body.acks not in (0, 1, -1):
             partitions = _refused(topic_data, ErrorCode.INVALID_REQUIRED_ACKS)
         elif name in denied:
             partitions = _refused(topic_data, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
-        elif body.transactional_id is not None:
-            partitions = _refused(topic_data, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                                  "klog does not support transactions")
+        elif txn_denied:
+            partitions = _refused(topic_data, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
         else:
             _ensure_topic(worker, request, name)
             partitions = []

@@ -19,6 +19,13 @@ fetches, acks=all appends). Nothing else changes a partition's log.
   `truncate_to` and `truncate_fully_and_start_at` cut the log where the leader's epochs say
   (the fetcher decides where).
 
+- **Transactions** (KIP-98): the producer state tracks each producer's open transaction;
+  `write_marker` (the leader's side of WriteTxnMarkers) appends the COMMIT or ABORT control
+  batch that ends one, followers take markers with the rest of the leader's batches, and an
+  ABORT is indexed in the segment's .txnindex. The earliest open transaction holds the last
+  stable offset back (read_committed reads below it), never the high watermark. `on_marker`
+  lets the group coordinator hear of the markers of its partitions.
+
 Replicas of a single-copy partition, and every partition of an appliance without ZooKeeper,
 have no role: they behave as a single log always did. Event loop only; the worker is the only
 writer.
@@ -37,6 +44,7 @@ from appliance.segments.errors import CorruptRecordError, RecordTooLargeError, S
 from appliance.segments.log import EMPTY_SLICE, PartitionLog, ReadSlice
 from appliance.workers.replication.acks import AcksWaiters
 from appliance.workers.replication.context import ReplicaContext
+from appliance.workers.replication.markers import marker_batch, read_marker
 from appliance.workers.replication.producer_state import ProducerStates, Verdict
 from appliance.workers.replication.role import Role
 from klog.protocol.error_codes import ErrorCode
@@ -67,8 +75,11 @@ class Partition:
         self.index = index
         self.key = (topic, index)
         self.log = plog
-        self.producers = ProducerStates.of_log(plog)
+        self.producers = self._replay(plog)
         self.role: Role | None = None  # None: not replicated (a single copy leads itself)
+        # the group coordinator's hook (a partition of __consumer_offsets): called with
+        # (producer_id, commit, marker offset) after each marker lands here, leader or follower
+        self.on_marker: Callable[[int, bool, int], None] | None = None
         self.publication = context.publisher.start(topic, index, plog)
         self._context = context
         self._ask_isr = ask_isr  # the manager's: one ISR change at a time, retried
@@ -84,9 +95,17 @@ class Partition:
     def log_start_offset(self) -> int:
         return self.log.log_start_offset
 
-    def read(self, offset: int, max_bytes: int) -> ReadSlice:
-        """A consumer's read, below the high watermark."""
-        return self.log.read(offset, max_bytes)
+    @property
+    def last_stable_offset(self) -> int:
+        return self.log.last_stable_offset
+
+    def read(self, offset: int, max_bytes: int, *, committed: bool = False) -> ReadSlice:
+        """A consumer's read, below the high watermark (the last stable offset when
+        `committed`: read_committed)."""
+        return self.log.read(offset, max_bytes, committed=committed)
+
+    def aborted_transactions(self, fetch_offset: int, upper_offset: int) -> list:
+        return self.log.aborted_transactions(fetch_offset, upper_offset)
 
     # facts -------------------------------------------------------------------------------
 
@@ -128,6 +147,9 @@ class Partition:
             return AppendOutcome(ErrorCode.CORRUPT_MESSAGE, message=str(exc))
         if not headers:
             return AppendOutcome(ErrorCode.CORRUPT_MESSAGE, message="no whole batch in records")
+        if any(h.is_control for h in headers):
+            return AppendOutcome(ErrorCode.INVALID_RECORD,
+                                 message="a client may not append control batches")
         producers = self.producers
         verdicts = [producers.check(h) for h in headers]
         if len(headers) == 1 and verdicts[0][0] is Verdict.DUPLICATE:
@@ -137,6 +159,9 @@ class Partition:
         for verdict, _ in verdicts:
             if verdict is Verdict.FENCED:
                 return AppendOutcome(ErrorCode.INVALID_PRODUCER_EPOCH)
+            if verdict is Verdict.INVALID_TXN_STATE:
+                return AppendOutcome(ErrorCode.INVALID_TXN_STATE, message="a transaction of "
+                                     "this producer is open: its batches must be transactional")
             if verdict is not Verdict.APPEND:
                 return AppendOutcome(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
         try:
@@ -152,6 +177,8 @@ class Partition:
         for header in headers:
             producers.record(header, offset, info.log_append_time_ms)
             offset += header.last_offset_delta + 1
+        if producers.first_unstable_offset != self.log.first_unstable_offset:
+            self.log.first_unstable_offset = producers.first_unstable_offset
         self.publish(info.record_count, len(records))
         self._context.waiters.notify(*self.key)
         return self._appended(info.base_offset, info.last_offset, info.log_append_time_ms,
@@ -164,6 +191,55 @@ class Partition:
         return AppendOutcome(base_offset=base_offset, last_offset=last_offset,
                              log_append_time_ms=append_time_ms,
                              log_start_offset=self.log.log_start_offset, committed=committed)
+
+    def write_marker(self, producer_id: int, producer_epoch: int, commit: bool,
+                     coordinator_epoch: int, now_ms: int, *,
+                     timeout_ms: int = 30_000) -> AppendOutcome:
+        """WriteTxnMarkers on this leader: append the control batch that ends the producer's
+        transaction (COMMIT or ABORT), index it if aborted, and answer as an acks=all append
+        (`committed` resolves once it is durable and, replicated, under the high watermark).
+        An older producer epoch is INVALID_PRODUCER_EPOCH, an older coordinator epoch than
+        the last marker's TRANSACTION_COORDINATOR_FENCED (Kafka's checks). A marker for a
+        producer without an open transaction here is written all the same (a coordinator's
+        retry), as Kafka does."""
+        refused = self.acks_all_refusal()
+        if refused is not None:
+            return AppendOutcome(refused, message="the ISR is smaller than min.insync.replicas")
+        verdict = self.producers.check_marker(producer_id, producer_epoch, coordinator_epoch)
+        if verdict is Verdict.FENCED:
+            return AppendOutcome(ErrorCode.INVALID_PRODUCER_EPOCH)
+        if verdict is Verdict.COORDINATOR_FENCED:
+            return AppendOutcome(ErrorCode.TRANSACTION_COORDINATOR_FENCED)
+        batch = marker_batch(producer_id, producer_epoch, commit, coordinator_epoch, now_ms)
+        try:
+            info = self.log.append(batch, now_ms=now_ms, leader_epoch=self.leader_epoch)
+        except StorageError as exc:
+            log.error("marker on %s-%d failed: %s", *self.key, exc)
+            return AppendOutcome(ErrorCode.KAFKA_STORAGE_ERROR, message=str(exc))
+        self._marker_appended(producer_id, producer_epoch, commit, coordinator_epoch,
+                              info.base_offset)
+        self.publish(info.record_count, len(batch))
+        self._context.waiters.notify(*self.key)
+        return self._appended(info.base_offset, info.last_offset, info.log_append_time_ms,
+                              ACKS_ALL, timeout_ms)
+
+    def _marker_appended(self, producer_id: int, producer_epoch: int, commit: bool,
+                         coordinator_epoch: int, offset: int) -> None:
+        """The producer state, the .txnindex and the hook after a marker landed at `offset`
+        (leader or follower). A .txnindex that cannot be written is logged: recovery rebuilds
+        it from the log."""
+        producers = self.producers
+        done = producers.record_marker(producer_id, producer_epoch, commit, coordinator_epoch,
+                                       offset)
+        self.log.first_unstable_offset = producers.first_unstable_offset
+        if done is not None and done.aborted:
+            try:
+                self.log.add_aborted_txn(producers.aborted_entry(done))
+            except StorageError as exc:
+                log.error("%s-%d: cannot index the aborted transaction of producer %d: %s",
+                          *self.key, producer_id, exc)
+        if self.on_marker is not None:
+            self.on_marker(producer_id, commit, offset)
 
     def committed(self, last_offset: int, timeout_ms: int) -> asyncio.Future | None:
         """acks=all's one wait: a future resolved with NONE once offsets up to `last_offset`
@@ -279,15 +355,25 @@ class Partition:
         plog = self.log
         appended = False
         if records:
-            headers = [h for _, h in scan_batches(records, verify_crc=False)]
+            batches = list(scan_batches(records, verify_crc=False))
+            headers = [h for _, h in batches]
             if headers and headers[0].base_offset != plog.log_end_offset:
                 log.warning("%s-%d: the leader sent a batch at %d, our log ends at %d", *self.key,
                             headers[0].base_offset, plog.log_end_offset)
                 return False
             if headers:
                 plog.append(records, now_ms=now_ms, assign_offsets=False)
-                for header in headers:
-                    self.producers.record(header, header.base_offset)
+                for pos, header in batches:
+                    if header.is_control:
+                        marker = read_marker(records, pos)
+                        if marker is not None:
+                            self._marker_appended(header.producer_id, header.producer_epoch,
+                                                  marker.commit, marker.coordinator_epoch,
+                                                  header.base_offset)
+                    else:
+                        self.producers.record(header, header.base_offset)
+                if self.producers.first_unstable_offset != plog.first_unstable_offset:
+                    plog.first_unstable_offset = self.producers.first_unstable_offset
                 appended = True
         moved = plog.set_high_watermark(leader_high_watermark)
         started = self.follow_log_start(leader_log_start_offset, now_ms=now_ms, publish=False)
@@ -333,8 +419,25 @@ class Partition:
         self._truncated()
 
     def _truncated(self) -> None:
-        self.producers = ProducerStates.of_log(self.log)
+        self.producers = self._replay(self.log)
         self.publish()
+
+    def _replay(self, plog: PartitionLog) -> ProducerStates:
+        """The producer state from the log (opened, or truncated), and recovery of the
+        .txnindex files from the control batches: rewritten where missing or different (a
+        crash, a truncation), removed where no abort is left."""
+        producers = ProducerStates.of_log(plog)
+        plog.first_unstable_offset = producers.first_unstable_offset
+        try:
+            changed = plog.reconcile_txn_index(producers.aborted_by_segment)
+        except StorageError as exc:
+            log.error("%s-%d: cannot rebuild the .txnindex files: %s", *self.key, exc)
+        else:
+            if changed:
+                log.warning("%s-%d: %d .txnindex file(s) rebuilt from the log", *self.key,
+                            changed)
+        producers.aborted_by_segment = {}
+        return producers
 
     # retention and the group coordinator's snapshots ---------------------------------------
 

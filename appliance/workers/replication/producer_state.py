@@ -6,6 +6,13 @@ ranges is a retry whose first attempt was appended: it is acknowledged with the 
 offsets and not appended again. A gap or a step backwards is OUT_OF_ORDER_SEQUENCE_NUMBER, an
 older epoch INVALID_PRODUCER_EPOCH. The state is rebuilt from the log's batch headers when a
 partition is opened, so a restart does not turn retries into duplicates.
+
+Transactions (KIP-98): a producer's first transactional batch opens its transaction on the
+partition (its first offset); a marker (a control batch, `markers.py`) ends it. The earliest
+open transaction bounds the last stable offset. A non-transactional batch from a producer with
+a transaction open is INVALID_TXN_STATE; a marker with an older producer epoch is FENCED, one
+from an older coordinator epoch COORDINATOR_FENCED. Replaying the log also lists the aborted
+transactions per segment, from which the .txnindex files are checked (`of_log`).
 """
 
 from __future__ import annotations
@@ -14,6 +21,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from enum import Enum
 
+from appliance.segments.txn_index import AbortedTxn
+from appliance.workers.replication.markers import read_marker
 from klog.protocol.record_batch import BatchHeader
 
 MAX_CACHED_BATCHES = 5
@@ -25,6 +34,8 @@ class Verdict(Enum):
     DUPLICATE = "duplicate"
     OUT_OF_ORDER = "out_of_order"
     FENCED = "fenced"
+    INVALID_TXN_STATE = "invalid_txn_state"
+    COORDINATOR_FENCED = "coordinator_fenced"
 
 
 @dataclass(frozen=True)
@@ -40,10 +51,21 @@ class CachedBatch:
 class ProducerEntry:
     epoch: int
     batches: deque = field(default_factory=lambda: deque(maxlen=MAX_CACHED_BATCHES))
+    coordinator_epoch: int = -1  # of the last marker written for it
 
     @property
     def last_sequence(self) -> int | None:
         return self.batches[-1].last_sequence if self.batches else None
+
+
+@dataclass(frozen=True)
+class CompletedTxn:
+    """A transaction a marker ended: its first offset, the marker's offset."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    aborted: bool
 
 
 def last_sequence_of(header: BatchHeader) -> int:
@@ -61,14 +83,70 @@ class ProducerStates:
 
     def __init__(self):
         self._producers: dict[int, ProducerEntry] = {}
+        self._open: dict[int, int] = {}  # producer id -> first offset of its open transaction
+        # what `of_log` replayed: segment base -> the aborted transactions whose markers it holds
+        self.aborted_by_segment: dict[int, list[AbortedTxn]] = {}
 
     @classmethod
     def of_log(cls, plog) -> ProducerStates:
-        """The producers as a log's batch headers say (a log opened, or truncated)."""
+        """The producers as a log's batch headers say (a log opened, or truncated), with
+        their open transactions and, in `aborted_by_segment`, the aborted ones (control
+        batches are the only ones whose bytes are read)."""
         states = cls()
-        for _, header in plog.iter_batch_headers():
+        for where, header in plog.iter_batch_headers():
+            if header.is_control:
+                marker = read_marker(plog.read_batch(where, header.size))
+                if marker is not None:
+                    done = states.record_marker(header.producer_id, header.producer_epoch,
+                                                marker.commit, marker.coordinator_epoch,
+                                                header.base_offset)
+                    if done is not None and done.aborted:
+                        states.aborted_by_segment.setdefault(
+                            where.segment_base_offset, []).append(states.aborted_entry(done))
+                continue
             states.record(header, header.base_offset)
         return states
+
+    @property
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the earliest open transaction (None: none is open)."""
+        return min(self._open.values()) if self._open else None
+
+    def open_transactions(self) -> dict[int, int]:
+        """producer id -> first offset of its open transaction."""
+        return dict(self._open)
+
+    def aborted_entry(self, done: CompletedTxn) -> AbortedTxn:
+        """The .txnindex entry of an aborted transaction just ended: the LSO it leaves is
+        the earliest other open transaction's first offset, else the offset past its marker
+        (Kafka's lastStableOffset(completedTxn))."""
+        first = self.first_unstable_offset
+        return AbortedTxn(done.producer_id, done.first_offset, done.last_offset,
+                          done.last_offset + 1 if first is None else first)
+
+    def check_marker(self, producer_id: int, producer_epoch: int,
+                     coordinator_epoch: int) -> Verdict:
+        """Whether a marker may be written (changes nothing)."""
+        entry = self._producers.get(producer_id)
+        if entry is None:
+            return Verdict.APPEND
+        if producer_epoch < entry.epoch:
+            return Verdict.FENCED
+        if coordinator_epoch < entry.coordinator_epoch:
+            return Verdict.COORDINATOR_FENCED
+        return Verdict.APPEND
+
+    def record_marker(self, producer_id: int, producer_epoch: int, commit: bool,
+                      coordinator_epoch: int, offset: int) -> CompletedTxn | None:
+        """A marker appended at `offset`: the producer's open transaction (if any) ends."""
+        entry = self._producers.get(producer_id)
+        if entry is None or producer_epoch > entry.epoch:
+            entry = self._producers[producer_id] = ProducerEntry(producer_epoch)
+        entry.coordinator_epoch = max(entry.coordinator_epoch, coordinator_epoch)
+        first = self._open.pop(producer_id, None)
+        if first is None:
+            return None
+        return CompletedTxn(producer_id, first, offset, not commit)
 
     def __len__(self) -> int:
         return len(self._producers)
@@ -77,6 +155,8 @@ class ProducerStates:
         """Decide what to do with an incoming batch; changes nothing."""
         if header.producer_id < 0:
             return Verdict.APPEND, None
+        if not header.is_transactional and header.producer_id in self._open:
+            return Verdict.INVALID_TXN_STATE, None
         entry = self._producers.get(header.producer_id)
         if entry is None:
             return Verdict.APPEND, None
@@ -99,9 +179,13 @@ class ProducerStates:
         """Remember a batch that was appended at `base_offset`."""
         if header.producer_id < 0:
             return
+        if header.is_transactional and header.producer_id not in self._open:
+            self._open[header.producer_id] = base_offset
         entry = self._producers.get(header.producer_id)
         if entry is None or header.producer_epoch > entry.epoch:
-            entry = self._producers[header.producer_id] = ProducerEntry(header.producer_epoch)
+            coordinator_epoch = -1 if entry is None else entry.coordinator_epoch
+            entry = self._producers[header.producer_id] = ProducerEntry(
+                header.producer_epoch, coordinator_epoch=coordinator_epoch)
         entry.batches.append(
             CachedBatch(
                 header.base_sequence,
@@ -114,3 +198,4 @@ class ProducerStates:
 
     def forget_all(self) -> None:
         self._producers.clear()
+        self._open.clear()

@@ -1,6 +1,7 @@
-"""WriteTxnMarkers (key 27): the transaction coordinator asks a partition's leader to write a
-COMMIT or ABORT control batch for a producer. The leader's handler belongs to the partition
-side; this declaration lets the coordinator send it (txncoord's copy until the merge)."""
+"""WriteTxnMarkers (key 27, KIP-98): the transaction coordinator asks each partition leader to
+write a COMMIT or ABORT control batch for one producer's transaction. Broker to broker only
+(ClusterAction); v1 is the flexible form.
+"""
 
 from __future__ import annotations
 
@@ -51,12 +52,13 @@ Request, Response = WriteTxnMarkersRequest, WriteTxnMarkersResponse
 
 def error_response(request: WriteTxnMarkersRequest | None, version: int,
                    code: int) -> WriteTxnMarkersResponse | None:
+    """`code` for every partition the request names (none to name: no answer can carry it)."""
     if request is None:
         return None
     return WriteTxnMarkersResponse(markers=[
-        WritableTxnMarkerResult(producer_id=m.producer_id, topics=[
-            WritableTxnMarkerTopicResult(name=t.name, partitions=[
-                WritableTxnMarkerPartitionResult(partition_index=p, error_code=code)
-                for p in t.partition_indexes])
-            for t in m.topics])
-        for m in request.markers])
+        WritableTxnMarkerResult(producer_id=marker.producer_id, topics=[
+            WritableTxnMarkerTopicResult(name=topic.name, partitions=[
+                WritableTxnMarkerPartitionResult(partition_index=index, error_code=code)
+                for index in topic.partition_indexes])
+            for topic in marker.topics])
+        for marker in request.markers])
