@@ -140,6 +140,16 @@ class BrokerConfig:
     group_max_session_timeout_ms: int = 1_800_000
     group_initial_rebalance_delay_ms: int = 3000
     group_max_size: int = 2**31 - 1
+    # transactions (Kafka's keys and defaults; the topic's factor is capped as the offsets
+    # topic's: one copy for an appliance alone)
+    transaction_state_log_num_partitions: int = 50
+    transaction_state_log_replication_factor: int = 3
+    transaction_state_log_min_isr: int = 2
+    transaction_state_log_segment_bytes: int = 16 * 1024 * 1024
+    transaction_max_timeout_ms: int = 900_000
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
+    transactional_id_expiration_ms: int = 604_800_000
+    transaction_remove_expired_transaction_cleanup_interval_ms: int = 3_600_000
     # SASL (appliance/sasl_config.py): listener name -> its settings, SASL listeners only
     listener_sasl: dict[str, SaslSettings] = field(default_factory=dict)
     connection_failed_authentication_delay_ms: int = 100
@@ -360,6 +370,18 @@ KEYS: dict[str, tuple[str, object]] = {
     "group.max.session.timeout.ms": ("group_max_session_timeout_ms", _int(1)),
     "group.initial.rebalance.delay.ms": ("group_initial_rebalance_delay_ms", _int(0)),
     "group.max.size": ("group_max_size", _int(1)),
+    "transaction.state.log.num.partitions": ("transaction_state_log_num_partitions", _int(1)),
+    "transaction.state.log.replication.factor": ("transaction_state_log_replication_factor",
+                                                 _int(1)),
+    "transaction.state.log.min.isr": ("transaction_state_log_min_isr", _int(1)),
+    "transaction.state.log.segment.bytes": ("transaction_state_log_segment_bytes",
+                                            _int(64 * 1024)),
+    "transaction.max.timeout.ms": ("transaction_max_timeout_ms", _int(1)),
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": (
+        "transaction_abort_timed_out_transaction_cleanup_interval_ms", _int(1)),
+    "transactional.id.expiration.ms": ("transactional_id_expiration_ms", _int(1)),
+    "transaction.remove.expired.transaction.cleanup.interval.ms": (
+        "transaction_remove_expired_transaction_cleanup_interval_ms", _int(1)),
     "connection.failed.authentication.delay.ms": ("connection_failed_authentication_delay_ms",
                                                   _int(0)),
     "authorizer.class.name": ("authorizer_class_name", _authorizer_class),
@@ -406,8 +428,7 @@ PRECEDENCE = {
 IGNORED = frozenset({
     "num.network.threads", "num.io.threads", "num.replica.fetchers",
     "socket.send.buffer.bytes", "socket.receive.buffer.bytes", "num.recovery.threads.per.data.dir",
-    "transaction.state.log.replication.factor",
-    "transaction.state.log.min.isr", "log.cleaner.enable",
+    "log.cleaner.enable",
     "delete.topic.enable", "log.cleanup.policy",
 }) | SSL_IGNORED
 

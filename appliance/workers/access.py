@@ -49,3 +49,7 @@ def refused_topics(worker, request, operation: Operation, names) -> frozenset[st
     if worker.authorizer is None:
         return frozenset()
     return frozenset(n for n in set(names) if not on_topic(worker, request, operation, n))
+
+
+def on_transactional_id(worker, request, operation: Operation, transactional_id: str) -> bool:
+    return allowed(worker, request, operation, ResourceType.TRANSACTIONAL_ID, transactional_id)

@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # the worker's own parts: imported for their types only
     from appliance.workers.replication.manager import ReplicaManager
     from appliance.workers.replication.replicas import LocalReplicas
     from appliance.workers.replication.waiters import AppendWaiters
+    from appliance.workers.transactions.coordinator import TransactionCoordinator
 
 
 class HandlerContext(Protocol):
@@ -37,6 +38,7 @@ class HandlerContext(Protocol):
     log_dir: Path
     partitions: LocalReplicas  # the worker's own partitions: the only ones it may append to
     groups: GroupCoordinator
+    transactions: TransactionCoordinator
     committer: GroupCommitter  # acks=all and group commits wait on its fdatasync
     waiters: AppendWaiters  # long-polling fetches wait here for appends
     replication: ReplicaManager  # cluster mode: roles, followers, ISR changes

@@ -48,6 +48,8 @@ from appliance.workers.replication.manager import ReplicaManager
 from appliance.workers.replication.waiters import AppendWaiters
 from appliance.workers.shared_state import Publisher, RemoteLogs
 from appliance.workers.statistics import MetricsPublisher, WorkerStatistics
+from appliance.workers.transactions.coordinator import TransactionCoordinator
+from appliance.workers.transactions.txn_log import TRANSACTION_TOPIC
 from klog.protocol.error_codes import ErrorCode
 
 log = logging.getLogger(__name__)
@@ -86,6 +88,7 @@ class Worker:
             link_security=self._link_security()), config.log_defaults)
         self.partitions = self.replication.replicas
         self.groups = GroupCoordinator(self)
+        self.transactions = TransactionCoordinator(self, self._marker_security())
         self.handlers = dict(HANDLERS)
         self.advertised_api_versions = advertised_versions(set(self.handlers))
         self.connections: set[KafkaConnection] = set()
@@ -109,6 +112,19 @@ class Worker:
         if self.control.fleet_nodes is None and not self.config.zookeeper_connect:
             return LinkSecurity()
         return link_security(self.config, self.cluster_id, self.node_id)
+
+    def _marker_security(self) -> LinkSecurity:
+        """How the transaction coordinator dials partition leaders with WriteTxnMarkers: the
+        inter-broker listener with its TLS and SASL, alone as in a fleet (a leader with an
+        authorizer asks ClusterAction of the inter-broker principal), under a client id of
+        its own (it is no replica)."""
+        security = link_security(self.config, self.cluster_id, self.node_id)
+        if self.config.inter_broker_listener.uses_sasl and security.sasl is None:
+            log.warning("the inter-broker listener %s is SASL but has no credentials: "
+                        "transaction markers cannot be delivered until "
+                        "sasl.mechanism.inter.broker.protocol names them",
+                        security.listener)
+        return dataclasses.replace(security, client_id=f"klog-txn-coordinator-{self.node_id}")
 
     def new_authenticator(self, listener: Listener | None = None) -> Authenticator | None:
         """A new connection's SASL state on `listener` (default: the first), or None on a
@@ -219,6 +235,7 @@ class Worker:
         for info in self.control.topics():
             self.partitions.open_topic(info, now_ms=now_ms)
         self.groups.follow_leadership()  # alone: loads what it owns; a fleet's wait for roles
+        self.transactions.follow_leadership()
         self.control.add_listener(self._on_topic_change)
         self.control.add_reload_listener(self._on_reload)
 
@@ -245,6 +262,8 @@ class Worker:
             self.partitions.close_topic(name, delete=True)
             if name == OFFSETS_TOPIC:
                 self.groups.unload_all()
+            if name == TRANSACTION_TOPIC:
+                self.transactions.unload_all()
         else:
             self.partitions.open_topic(info, now_ms=self.now_ms())
             self.replication.apply(info)
@@ -253,6 +272,8 @@ class Worker:
             self.remote.forget_moved(name, info.owners)
             if name == OFFSETS_TOPIC:  # in the same step as the roles: no truncation between
                 self.groups.follow_leadership()
+            if name == TRANSACTION_TOPIC:
+                self.transactions.follow_leadership()
 
     async def serve(self, sockets=None) -> None:
         """Start accepting on `sockets` (one per listener, in the order of `listeners`, bound
@@ -285,6 +306,7 @@ class Worker:
                        asyncio.ensure_future(MetricsPublisher(self).run())]
         self.replication.start()
         self.groups.start()  # after the roles: it coordinates what it leads
+        self.transactions.start()
         self._tasks.append(asyncio.ensure_future(self._watch_remote_appends()))
 
     @property
@@ -303,6 +325,7 @@ class Worker:
         for task in self._tasks:
             task.cancel()
         self.groups.stop()
+        self.transactions.stop()
         self.replication.stop()
         deadline = time.monotonic() + 2.0
         while (any(c.answers_pending for c in self.connections)

@@ -7,6 +7,8 @@ fetch that long-polls, a produce that waits for group commit), or NO_RESPONSE.
 from __future__ import annotations
 
 from appliance.workers.handlers import (
+    add_offsets_to_txn,
+    add_partitions_to_txn,
     alter_user_scram_credentials,
     api_versions,
     create_acls,
@@ -18,7 +20,9 @@ from appliance.workers.handlers import (
     describe_acls,
     describe_configs,
     describe_groups,
+    describe_transactions,
     describe_user_scram_credentials,
+    end_txn,
     fetch,
     find_coordinator,
     heartbeat,
@@ -27,6 +31,7 @@ from appliance.workers.handlers import (
     leave_group,
     list_groups,
     list_offsets,
+    list_transactions,
     metadata,
     offset_commit,
     offset_fetch,
@@ -44,7 +49,8 @@ MODULES = (
     leave_group, offset_commit, offset_fetch, list_groups, describe_groups, delete_groups,
     create_partitions, offset_for_leader_epoch, sasl_handshake, sasl_authenticate,
     describe_acls, create_acls, delete_acls, describe_user_scram_credentials,
-    alter_user_scram_credentials, write_txn_markers,
+    alter_user_scram_credentials, write_txn_markers, add_partitions_to_txn, add_offsets_to_txn,
+    end_txn, describe_transactions, list_transactions,
 )
 
 HANDLERS = {module.API_KEY: module.handle for module in MODULES}
