@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from appliance.security_files import security_file
+from appliance.security_files import security_file, write_private
 from klog.protocol.sasl import SCRAM_MECHANISMS
 from klog.protocol.sasl.scram import ScramCredential
 
@@ -81,22 +81,7 @@ def read_users(path: Path) -> Users:
 
 def write_users(path: Path, users: Users) -> None:
     """Replace the file atomically; it is created readable by its owner only."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.fchmod(fd, 0o600)
-        os.write(fd, encode(users))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    write_private(Path(path), encode(users))
 
 
 @contextmanager

@@ -44,3 +44,27 @@ def _is_topic(path: Path) -> bool:
         return "name" in json.loads(path.read_bytes())
     except (OSError, ValueError, TypeError):
         return False
+
+
+def write_private(path: Path, data: bytes) -> None:
+    """Replace `path` with `data` atomically (temp file, fsync, rename, fsync of the
+    directory), readable by its owner only: a crash leaves the old file or the new one, and
+    a password's salted keys are never readable by another user, even for a moment."""
+    path = Path(path)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)

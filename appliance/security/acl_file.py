@@ -13,11 +13,10 @@ at start and writes it for each CreateAcls/DeleteAcls that changes something; `k
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from appliance.security.acls import AclBinding
-from appliance.security_files import security_file
+from appliance.security_files import security_file, write_private
 
 FILE_NAME = "acls.json"
 
@@ -50,19 +49,4 @@ def read_acls(path: Path) -> frozenset[AclBinding]:
 
 def write_acls(path: Path, acls: frozenset[AclBinding]) -> None:
     """Replace the file atomically; it is created readable by its owner only."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.fchmod(fd, 0o600)
-        os.write(fd, encode(acls))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    write_private(Path(path), encode(acls))
