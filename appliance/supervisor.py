@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 
 from appliance import sd_notify
-from appliance.config import BrokerConfig, ConfigError, check_advertised_listener
+from appliance.config import BrokerConfig, ConfigError
 from appliance.control.catalog import Catalog, cluster_id
 from appliance.control.channel import Reload
 from appliance.control.decisions import LocalDecider
@@ -37,6 +37,7 @@ from appliance.exit_codes import BOOT_ERROR, DISK_FAILED, describe_exit
 from appliance.fleet_membership import FleetMembership
 from appliance.forking import DirectForker, ForkError, ForkServer
 from appliance.identity import DiskIdentity, claim_log_dir, node_id_for
+from appliance.listener_security import check_advertised_listener
 from appliance.metrics.server import MetricsEndpoint
 from appliance.scram_credentials import ScramFileStore, credentials_path
 from appliance.security.acl_book import AclBook

@@ -151,7 +151,8 @@ def test_cluster_mode_keys_are_read_and_checked():
 
 
 def test_a_wildcard_or_unresolvable_advertised_listener_stops_a_fleet_member():
-    from appliance.config import build_config, check_advertised_listener
+    from appliance.config import build_config
+    from appliance.listener_security import check_advertised_listener
     check_advertised_listener(build_config({"listeners": "PLAINTEXT://127.0.0.1:9092"}))
     with pytest.raises(ConfigError, match="listeners.*wildcard"):
         check_advertised_listener(build_config({"listeners": "PLAINTEXT://0.0.0.0:9092"}))
