@@ -1,0 +1,289 @@
+"""Transactions benchmark (issue 23): what a transaction costs, against the same work without.
+
+Figures, one run, one appliance of two workers:
+- produce: confluent-kafka's Producer writing 200-byte messages to a one-partition topic as
+  fast as it can, committing a transaction every 100 ms (``transactional.id``; each commit
+  is librdkafka's flush, EndTxn, the markers), against the same producer without a
+  transactional id (idempotent, acks=all: what a transactional producer is besides its
+  transactions). Kafka's own figure at that interval is a few per cent of throughput. The
+  two alternate, round after round, so the machine's drift (two cores shared) hits both
+  alike; each round prints its ratio, the summary the medians.
+- consume: the committed data the transactional producer wrote (a marker every 100 ms) read
+  from offset 0 by confluent-kafka's Consumer in read_committed and in read_uncommitted
+  (timed from the first batch to the last, so connecting is left out; the queue tuned as in
+  perf/bench_security.py so librdkafka's 1 s fetch backoff does not decide the figure).
+- recovery: a transaction left in PrepareCommit by a kill -9 of the whole appliance (the
+  partition's leader is stopped with SIGSTOP after EndTxn, so its markers cannot land: the
+  window between EndTxn and the markers held open), then a restart: the time from the
+  restart until the new coordinator answers CompleteCommit (its load of
+  ``__transaction_state`` and the markers sent again), beside the same restart with the
+  transaction already complete (the baseline: a restart and a load). Median of a few.
+
+Run: .venv/bin/python perf/bench_transactions.py [--quick] [--rounds N] [--messages N]
+     [--restarts N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+import klog  # noqa: E402
+from klog.protocol.apis import metadata  # noqa: E402
+from tests.conftest import Appliance  # noqa: E402
+from tests.transactions.coordinator_helpers import (  # noqa: E402
+    SETTINGS,
+    add_partitions,
+    coordinator,
+    describe,
+    end,
+    init,
+)
+from tests.worker.raw import RawClient  # noqa: E402
+
+VALUE = b"x" * 200
+MB = 1 << 20
+COMMIT_EVERY_S = 0.1
+QUEUE_TUNED = {"queued.min.messages": 10_000_000, "fetch.queue.backoff.ms": 10}
+console = Console(highlight=False, width=110)
+
+
+def create_topic(appliance: Appliance, name: str, partitions: int = 1) -> str:
+    with klog.Admin(appliance.bootstrap) as admin:
+        admin.create_topic(name, partitions)
+    return name
+
+
+# -- produce ----------------------------------------------------------------------------------
+
+def produce_rate(appliance: Appliance, topic: str, messages: int,
+                 transactional_id: str | None) -> tuple[float, int]:
+    """(messages per second from the first produce() to the last commit or flush, commits)."""
+    conf = {"bootstrap.servers": appliance.bootstrap, "enable.idempotence": True,
+            "linger.ms": 5}
+    if transactional_id is not None:
+        conf["transactional.id"] = transactional_id
+    producer = Producer(conf)
+    if transactional_id is not None:
+        producer.init_transactions(30)
+    producer.list_topics(topic, timeout=30)  # connected before the clock starts
+    commits = 0
+    started = time.perf_counter()
+    if transactional_id is not None:
+        producer.begin_transaction()
+    next_commit = started + COMMIT_EVERY_S
+    for _ in range(messages):
+        while True:
+            try:
+                producer.produce(topic, VALUE, partition=0)
+                break
+            except BufferError:  # the local queue is full: let it drain
+                producer.poll(0.001)
+        if transactional_id is not None and time.perf_counter() >= next_commit:
+            producer.commit_transaction(60)
+            commits += 1
+            producer.begin_transaction()
+            next_commit = time.perf_counter() + COMMIT_EVERY_S
+    if transactional_id is not None:
+        producer.commit_transaction(60)
+        commits += 1
+    else:
+        assert producer.flush(120) == 0
+    return messages / (time.perf_counter() - started), commits
+
+
+def consume_rate(appliance: Appliance, topic: str, messages: int, isolation: str) -> float:
+    """Messages per second from the first batch received to the last (partition 0 from 0)."""
+    consumer = Consumer({"bootstrap.servers": appliance.bootstrap, "group.id": "bench-txn",
+                         "enable.auto.commit": False, "isolation.level": isolation,
+                         **QUEUE_TUNED})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    total, timed, started, deadline = 0, 0, None, time.monotonic() + 300
+    try:
+        while total < messages and time.monotonic() < deadline:
+            batch = consumer.consume(10_000, 1.0)
+            good = sum(1 for m in batch if m.error() is None)
+            total += good
+            if started is None:
+                if good:
+                    started = time.perf_counter()
+                continue
+            timed += good
+    finally:
+        consumer.close()
+    assert total == messages, f"{isolation}: consumed {total} of {messages}"
+    return timed / (time.perf_counter() - started)
+
+
+def bench_throughput(appliance: Appliance, rounds: int, messages: int) -> None:
+    console.print(f"\n[bold]throughput[/bold]: confluent-kafka, {messages:,} messages of "
+                  f"{len(VALUE)} bytes per round, one partition; the transactional producer "
+                  f"commits every {COMMIT_EVERY_S * 1000:.0f} ms")
+    kinds = ("produce plain", "produce txn", "consume uncommitted", "consume committed")
+    figures: dict[str, list[float]] = {kind: [] for kind in kinds}
+    commits = []
+    per_round = Table(title="per round (msg/s)")
+    per_round.add_column("round")
+    for kind in kinds:
+        per_round.add_column(kind, justify="right")
+    per_round.add_column("txn / plain", justify="right")
+    per_round.add_column("committed / uncommitted", justify="right")
+    for n in range(1, rounds + 1):
+        plain_topic = create_topic(appliance, f"bench-plain-{n}")
+        txn_topic = create_topic(appliance, f"bench-txn-{n}")
+        plain, _ = produce_rate(appliance, plain_topic, messages, None)
+        txn, made = produce_rate(appliance, txn_topic, messages, f"bench-{n}")
+        uncommitted = consume_rate(appliance, txn_topic, messages, "read_uncommitted")
+        committed = consume_rate(appliance, txn_topic, messages, "read_committed")
+        commits.append(made)
+        for kind, value in zip(kinds, (plain, txn, uncommitted, committed)):
+            figures[kind].append(value)
+        per_round.add_row(str(n), *(f"{figures[k][-1]:,.0f}" for k in kinds),
+                          f"{txn / plain:.2f}", f"{committed / uncommitted:.2f}")
+    console.print(per_round)
+    medians = {kind: statistics.median(values) for kind, values in figures.items()}
+    summary = Table(title=f"medians of {rounds} round(s); {statistics.median(commits):.0f} "
+                          f"commits per transactional round")
+    summary.add_column("figure")
+    summary.add_column("baseline", justify="right")
+    summary.add_column("with transactions", justify="right")
+    summary.add_column("ratio", justify="right")
+    for label, base, other in (("produce msg/s (idempotent → transactional)",
+                                "produce plain", "produce txn"),
+                               ("consume msg/s (read_uncommitted → read_committed)",
+                                "consume uncommitted", "consume committed")):
+        summary.add_row(label, f"{medians[base]:,.0f} ({medians[base] * len(VALUE) / MB:.1f} "
+                               f"MB/s)",
+                        f"{medians[other]:,.0f} ({medians[other] * len(VALUE) / MB:.1f} MB/s)",
+                        f"{medians[other] / medians[base]:.2f}")
+    console.print(summary)
+
+
+# -- recovery ---------------------------------------------------------------------------------
+
+def leader_port(appliance: Appliance, topic: str, partition: int) -> int:
+    probe = RawClient(appliance.port)
+    try:
+        answer = probe.call(metadata, 1, topics=[metadata.MetadataRequestTopic(name=topic)])
+    finally:
+        probe.close()
+    ports = {b.node_id: b.port for b in answer.brokers}
+    (wanted,) = [p for p in answer.topics[0].partitions if p.partition_index == partition]
+    return ports[wanted.leader_id]
+
+
+def kill_9(appliance: Appliance) -> None:
+    """SIGKILL to the supervisor, then to every worker (a stopped one too)."""
+    pids = [pid for pid in appliance.pids().values() if pid > 0]
+    appliance.kill()
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    for pid in pids:
+        while os.path.exists(f"/proc/{pid}") and \
+                Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z":
+            time.sleep(0.01)
+
+
+def one_restart(appliance: Appliance, topic: str, transactional_id: str,
+                leave_prepared: bool) -> tuple[float, float]:
+    """(restart → serving, restart → CompleteCommit answered) in seconds."""
+    client = coordinator(appliance, transactional_id)
+    coordinator_port = client.sock.getpeername()[1]
+    partition = next(p for p in (0, 1) if leader_port(appliance, topic, p) != coordinator_port)
+    pid = init(client, transactional_id, retry_s=10)
+    assert pid.error_code == 0, pid
+    assert add_partitions(client, transactional_id, pid.producer_id, pid.producer_epoch,
+                          {topic: [partition]})[(topic, partition)] == 0
+    stopped = None
+    if leave_prepared:
+        index = appliance.ports().index(leader_port(appliance, topic, partition))
+        stopped = appliance.worker_pid(index)
+        os.kill(stopped, signal.SIGSTOP)
+    assert end(client, transactional_id, pid.producer_id, pid.producer_epoch, True) == 0
+    wanted = "PrepareCommit" if leave_prepared else "CompleteCommit"
+    deadline = time.monotonic() + 10
+    while describe(client, transactional_id).transaction_state != wanted:
+        assert time.monotonic() < deadline, f"never {wanted}"
+        time.sleep(0.01)
+    client.close()
+    kill_9(appliance)
+    started = time.perf_counter()
+    appliance.start(timeout_s=60)
+    serving = time.perf_counter() - started
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            client = coordinator(appliance, transactional_id)
+            state = describe(client, transactional_id)
+            client.close()
+            if state.error_code == 0 and state.transaction_state == "CompleteCommit":
+                break
+        except (OSError, ConnectionError):
+            pass
+        assert time.monotonic() < deadline, "the new coordinator did not complete it"
+        time.sleep(0.005)
+    return serving, time.perf_counter() - started
+
+
+def bench_recovery(appliance: Appliance, restarts: int) -> None:
+    topic = create_topic(appliance, "bench-recovery", partitions=2)
+    console.print(f"\n[bold]recovery[/bold]: kill -9 of the appliance (2 workers), restart, "
+                  f"until the new coordinator answers CompleteCommit; {restarts} of each, "
+                  f"alternating")
+    rows = {True: [], False: []}
+    for n in range(restarts):
+        for prepared in (False, True):
+            rows[prepared].append(one_restart(appliance, topic, f"bench-recovery-{n}",
+                                              prepared))
+    table = Table(title="restart after kill -9 (ms, median; min-max)")
+    table.add_column("left behind")
+    table.add_column("restart → serving", justify="right")
+    table.add_column("restart → CompleteCommit", justify="right")
+    table.add_column("serving → CompleteCommit", justify="right")
+    for prepared, label in ((False, "a completed transaction (baseline)"),
+                            (True, "a transaction in PrepareCommit")):
+        serving = [s * 1000 for s, _ in rows[prepared]]
+        whole = [w * 1000 for _, w in rows[prepared]]
+        after = [(w - s) * 1000 for s, w in rows[prepared]]
+        table.add_row(label, *(f"{statistics.median(v):,.0f} ({min(v):,.0f}-{max(v):,.0f})"
+                               for v in (serving, whole, after)))
+    console.print(table)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--rounds", type=int)
+    parser.add_argument("--messages", type=int)
+    parser.add_argument("--restarts", type=int)
+    args = parser.parse_args()
+    rounds = args.rounds or (1 if args.quick else 3)
+    messages = args.messages or (50_000 if args.quick else 300_000)
+    restarts = args.restarts or (2 if args.quick else 5)
+    with tempfile.TemporaryDirectory(prefix="klog-bench-txn-") as tmp:
+        appliance = Appliance(Path(tmp) / "appliance", log_dirs=2, settings=SETTINGS)
+        console.print(f"transactions benchmark (load {os.getloadavg()[0]:.1f})")
+        appliance.start()
+        try:
+            bench_throughput(appliance, rounds, messages)
+            bench_recovery(appliance, restarts)
+        finally:
+            appliance.stop()
+        console.print(f"(load at the end {os.getloadavg()[0]:.1f})")
+
+
+if __name__ == "__main__":
+    main()
