@@ -6,8 +6,8 @@ Figures, one run, one appliance of two workers:
   is librdkafka's flush, EndTxn, the markers), against the same producer without a
   transactional id (idempotent, acks=all: what a transactional producer is besides its
   transactions). Kafka's own figure at that interval is a few per cent of throughput. The
-  two alternate, round after round, so the machine's drift (two cores shared) hits both
-  alike; each round prints its ratio, the summary the medians.
+  two alternate, round after round and in turn first, so the machine's drift (two cores
+  shared) hits both alike; each round prints its ratio, the summary the medians.
 - consume: the committed data the transactional producer wrote (a marker every 100 ms) read
   from offset 0 by confluent-kafka's Consumer in read_committed and in read_uncommitted
   (timed from the first batch to the last, so connecting is left out; the queue tuned as in
@@ -17,7 +17,9 @@ Figures, one run, one appliance of two workers:
   window between EndTxn and the markers held open), then a restart: the time from the
   restart until the new coordinator answers CompleteCommit (its load of
   ``__transaction_state`` and the markers sent again), beside the same restart with the
-  transaction already complete (the baseline: a restart and a load). Median of a few.
+  transaction already complete (the baseline: a restart and a load). Median of a few;
+  "serving" is when every worker reports SERVING in shm, which is after the coordinator's
+  load in an appliance alone (it loads ``__transaction_state`` before it serves).
 
 Run: .venv/bin/python perf/bench_transactions.py [--quick] [--rounds N] [--messages N]
      [--restarts N]
@@ -144,8 +146,12 @@ def bench_throughput(appliance: Appliance, rounds: int, messages: int) -> None:
     for n in range(1, rounds + 1):
         plain_topic = create_topic(appliance, f"bench-plain-{n}")
         txn_topic = create_topic(appliance, f"bench-txn-{n}")
-        plain, _ = produce_rate(appliance, plain_topic, messages, None)
-        txn, made = produce_rate(appliance, txn_topic, messages, f"bench-{n}")
+        if n % 2:
+            plain, _ = produce_rate(appliance, plain_topic, messages, None)
+            txn, made = produce_rate(appliance, txn_topic, messages, f"bench-{n}")
+        else:  # the other order: what runs first (a colder machine, say) favours neither
+            txn, made = produce_rate(appliance, txn_topic, messages, f"bench-{n}")
+            plain, _ = produce_rate(appliance, plain_topic, messages, None)
         uncommitted = consume_rate(appliance, txn_topic, messages, "read_uncommitted")
         committed = consume_rate(appliance, txn_topic, messages, "read_committed")
         commits.append(made)
@@ -270,7 +276,7 @@ def main() -> None:
     parser.add_argument("--messages", type=int)
     parser.add_argument("--restarts", type=int)
     args = parser.parse_args()
-    rounds = args.rounds or (1 if args.quick else 3)
+    rounds = args.rounds or (1 if args.quick else 5)
     messages = args.messages or (50_000 if args.quick else 300_000)
     restarts = args.restarts or (2 if args.quick else 5)
     with tempfile.TemporaryDirectory(prefix="klog-bench-txn-") as tmp:
