@@ -11,7 +11,7 @@ import time
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from klog.protocol.apis import txn_offset_commit
+from klog.protocol.apis import find_coordinator, offset_fetch, txn_offset_commit
 from klog.protocol.error_codes import ErrorCode
 from tests.conftest import Appliance, topic_maker
 from tests.transactions.coordinator_helpers import SETTINGS
@@ -48,14 +48,25 @@ def _group_metadata(appliance, group: str):
     return c, c.consumer_group_metadata()
 
 
-def _committed(appliance, group: str, topic: str, partitions=(0, 1)) -> list[int]:
+def _committed(appliance, group: str, topic: str, partitions=(0, 1), *,
+               isolation: str = "read_committed") -> list[int]:
+    """The group's committed offsets as a consumer sees them (-1001: none). A read_committed
+    librdkafka consumer asks with require_stable: it waits out an open transaction."""
     c = Consumer({"bootstrap.servers": appliance.bootstrap, "group.id": group,
-                  "enable.auto.commit": False, "isolation.level": "read_committed"})
+                  "enable.auto.commit": False, "isolation.level": isolation})
     try:
         return [tp.offset for tp in c.committed([TopicPartition(topic, p) for p in partitions],
                                                 timeout=20)]
     finally:
         c.close()
+
+
+def _group_coordinator(appliance, group: str) -> RawClient:
+    bootstrap = RawClient(appliance.port)
+    answer = bootstrap.call(find_coordinator, 2, key=group, key_type=0)
+    bootstrap.close()
+    assert answer.error_code == 0, ErrorCode(answer.error_code)
+    return RawClient(answer.port)
 
 
 def test_commit_makes_the_offsets_committed_abort_drops_them(appliance, topic):
@@ -79,16 +90,46 @@ def test_open_transaction_offsets_are_not_committed_yet(appliance, topic):
     p = _producer(appliance, "txo-open")
     p.begin_transaction()
     p.send_offsets_to_transaction([TopicPartition(topic, 0, 3)], metadata, 20)
-    assert _committed(appliance, "txo-open", topic, (0,)) == [-1001]  # none committed
+    assert _committed(appliance, "txo-open", topic, (0,),
+                      isolation="read_uncommitted") == [-1001]  # none committed yet
     p.commit_transaction(20)
     assert _committed(appliance, "txo-open", topic, (0,)) == [3]
+    consumer.close()
+
+
+def test_require_stable_answers_unstable_while_the_transaction_is_open(appliance, topic):
+    """OffsetFetch v7 ``require_stable`` (what a read_committed librdkafka consumer sends):
+    UNSTABLE_OFFSET_COMMIT on the pending partition, the committed offset elsewhere; v5 and
+    v7 without it answer the committed offsets only."""
+    consumer, metadata = _group_metadata(appliance, "txo-stable")
+    p = _producer(appliance, "txo-stable")
+    p.begin_transaction()
+    p.send_offsets_to_transaction([TopicPartition(topic, 1, 4)], metadata, 20)
+    p.commit_transaction(20)
+    p.begin_transaction()
+    p.send_offsets_to_transaction([TopicPartition(topic, 0, 9)], metadata, 20)
+    client = _group_coordinator(appliance, "txo-stable")
+    wanted = [offset_fetch.OffsetFetchRequestTopic(name=topic, partition_indexes=[0, 1])]
+
+    def fetched(version, **fields):
+        answer = client.call(offset_fetch, version, group_id="txo-stable", topics=wanted,
+                             **fields)
+        return [(q.committed_offset, ErrorCode(q.error_code))
+                for q in answer.topics[0].partitions]
+
+    assert fetched(7, require_stable=True) == [(-1, ErrorCode.UNSTABLE_OFFSET_COMMIT),
+                                               (4, ErrorCode.NONE)]
+    assert fetched(7) == fetched(5) == [(-1, ErrorCode.NONE), (4, ErrorCode.NONE)]
+    p.commit_transaction(20)
+    assert fetched(7, require_stable=True) == [(9, ErrorCode.NONE), (4, ErrorCode.NONE)]
+    client.close()
     consumer.close()
 
 
 def test_raw_fencing_and_refusals(appliance, topic):
     """v3's member fencing (a member id the group does not know), an unknown topic, and an
     older producer epoch than the partition has seen."""
-    client = RawClient(appliance.port)
+    client = _group_coordinator(appliance, "txo-raw")
     part = txn_offset_commit.TxnOffsetCommitRequestPartition
     topics = [txn_offset_commit.TxnOffsetCommitRequestTopic(
         name=topic, partitions=[part(partition_index=0, committed_offset=1)]),
@@ -123,7 +164,8 @@ def test_kill_9_replays_committed_aborted_and_open(appliance, topic):
     consumer.close()
     appliance.kill()
     appliance.start()
-    assert _committed(appliance, "txo-reload", topic) == [10, -1001]
+    assert _committed(appliance, "txo-reload", topic, isolation="read_uncommitted") == \
+        [10, -1001]
     deadline = time.monotonic() + 30
     while True:  # the producer's connections come back; its transaction is still open
         try:

@@ -122,7 +122,7 @@ API_BY_KEY: dict[int, ApiSpec] = {
             _spec(list_offsets, "ListOffsets", (1, 5), (1, 5)),
             _spec(metadata, "Metadata", (0, 8), (1, 8)),
             _spec(offset_commit, "OffsetCommit", (0, 7), (2, 7)),
-            _spec(offset_fetch, "OffsetFetch", (0, 5), (1, 5)),
+            _spec(offset_fetch, "OffsetFetch", (0, 7), (1, 7)),
             _spec(find_coordinator, "FindCoordinator", (0, 2), (0, 2)),
             _spec(join_group, "JoinGroup", (0, 5), (1, 5)),
             _spec(heartbeat, "Heartbeat", (0, 3), (0, 3)),
