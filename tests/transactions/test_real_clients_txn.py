@@ -9,7 +9,9 @@ three in read_committed and read_uncommitted.
   plain records written after it) until it ends, while read_uncommitted ones read on;
 - a transaction left open past ``transaction.timeout.ms`` is aborted by the coordinator;
 - zombie fencing: a second producer with the same ``transactional.id`` fences the first,
-  whose next send or commit fails and whose writes are never visible.
+  whose next send or commit fails and whose writes are never visible;
+- aiokafka's consume-transform-produce loop (``send_offsets_to_transaction``) is exactly
+  once across a restart in the middle of a transaction.
 
 One appliance for the module; each test has its own topic and transactional ids.
 """
@@ -21,6 +23,7 @@ import time
 
 import pytest
 from confluent_kafka import KafkaException, Producer
+from confluent_kafka import TopicPartition as ConfluentTopicPartition
 
 from tests.conftest import running_appliance, topic_maker
 from tests.transactions.coordinator_helpers import (
@@ -444,3 +447,88 @@ def assert_read(appliance, topic: str, *, committed: list[str], uncommitted: lis
     for client in CLIENTS:
         assert seen[(client, "read_committed")] == committed, client
         assert seen[(client, "read_uncommitted")] == uncommitted, client
+
+
+# -- aiokafka's exactly-once consume-transform-produce loop ----------------------------------
+
+EOS_PER_PARTITION = 60
+
+
+def test_aiokafka_exactly_once_loop_with_a_restart(appliance, new_topic):
+    """A read_committed consumer of two input partitions and a transactional producer: each
+    batch's transformed records and the group's offsets go in one transaction
+    (send_offsets_to_transaction). The first run stops mid-transaction (its records and
+    offsets sent, no commit: a crash); a second run with the same transactional.id and
+    group fences it (the open transaction is aborted) and carries on from the committed
+    offsets. The output, read_committed, holds every input record transformed exactly once,
+    in each partition's order (read_uncommitted, the crashed transaction's records show:
+    checked, so the crash did leave something to hide)."""
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+    source = new_topic(partitions=2, prefix="eos-in")
+    sink = new_topic(partitions=2, prefix="eos-out")
+    plain = confluent_producer(appliance, None)
+    for i in range(EOS_PER_PARTITION):
+        for partition in (0, 1):
+            plain.produce(source, f"p{partition}-{i}".encode(), partition=partition)
+    assert plain.flush(20) == 0
+    inputs = [TopicPartition(source, 0), TopicPartition(source, 1)]
+
+    async def run(stop_after: int | None):
+        """Transactions of up to 7 records; with ``stop_after``, return after that many
+        commits leaving the next transaction open (the producer, as a crashed process's,
+        not stopped): the producer, for the caller to close."""
+        producer = AIOKafkaProducer(bootstrap_servers=appliance.bootstrap,
+                                    transactional_id="eos-aio", request_timeout_ms=20_000)
+        await producer.start()  # a second run: fences the first, whose transaction aborts
+        consumer = AIOKafkaConsumer(bootstrap_servers=appliance.bootstrap, group_id="eos-aio",
+                                    isolation_level="read_committed",
+                                    enable_auto_commit=False, auto_offset_reset="earliest")
+        await consumer.start()
+        consumer.assign(inputs)
+        commits, idle = 0, 0
+        try:
+            while idle < 5:
+                batches = await consumer.getmany(*inputs, timeout_ms=200, max_records=7)
+                if not batches:
+                    idle += 1
+                    continue
+                idle = 0
+                await producer.begin_transaction()
+                for tp, records in batches.items():
+                    for record in records:
+                        await producer.send(sink, b"out-" + record.value, partition=tp.partition)
+                await producer.send_offsets_to_transaction(
+                    {tp: records[-1].offset + 1 for tp, records in batches.items()}, "eos-aio")
+                if stop_after is not None and commits == stop_after:
+                    await producer.flush()
+                    return producer  # crashed mid-transaction: neither committed nor aborted
+                await producer.commit_transaction()
+                commits += 1
+        finally:
+            await consumer.stop()
+        await producer.stop()
+        return None
+
+    async def both():
+        zombie = await run(stop_after=4)
+        assert zombie is not None
+        try:
+            assert await run(stop_after=None) is None
+        finally:
+            await zombie.stop()
+
+    asyncio.run(both())
+    expected = {p: [f"out-p{p}-{i}" for i in range(EOS_PER_PARTITION)] for p in (0, 1)}
+    seen = {}
+    for isolation in ISOLATIONS:
+        for partition in (0, 1):
+            reader = Reader("confluent", appliance.bootstrap, sink, isolation)
+            try:
+                reader.consumer.assign([ConfluentTopicPartition(sink, partition, 0)])
+                seen[(isolation, partition)] = read_until(
+                    [reader], lambda r: EOS_PER_PARTITION, settle_s=0.5)[("confluent", isolation)]
+            finally:
+                reader.close()
+    assert {p: seen[("read_committed", p)] for p in (0, 1)} == expected
+    assert sum(len(seen[("read_uncommitted", p)]) for p in (0, 1)) > 2 * EOS_PER_PARTITION
