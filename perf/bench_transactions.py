@@ -11,7 +11,8 @@ Figures, one run, one appliance of two workers:
 - consume: the committed data the transactional producer wrote (a marker every 100 ms) read
   from offset 0 by confluent-kafka's Consumer in read_committed and in read_uncommitted
   (timed from the first batch to the last, so connecting is left out; the queue tuned as in
-  perf/bench_security.py so librdkafka's 1 s fetch backoff does not decide the figure).
+  perf/bench_security.py so librdkafka's 1 s fetch backoff does not decide the figure),
+  the two in turn first.
 - recovery: a transaction left in PrepareCommit by a kill -9 of the whole appliance (the
   partition's leader is stopped with SIGSTOP after EndTxn, so its markers cannot land: the
   window between EndTxn and the markers held open), then a restart: the time from the
@@ -152,8 +153,10 @@ def bench_throughput(appliance: Appliance, rounds: int, messages: int) -> None:
         else:  # the other order: what runs first (a colder machine, say) favours neither
             txn, made = produce_rate(appliance, txn_topic, messages, f"bench-{n}")
             plain, _ = produce_rate(appliance, plain_topic, messages, None)
-        uncommitted = consume_rate(appliance, txn_topic, messages, "read_uncommitted")
-        committed = consume_rate(appliance, txn_topic, messages, "read_committed")
+        order = ("read_uncommitted", "read_committed")
+        rates = {isolation: consume_rate(appliance, txn_topic, messages, isolation)
+                 for isolation in (order if n % 2 else order[::-1])}
+        uncommitted, committed = rates["read_uncommitted"], rates["read_committed"]
         commits.append(made)
         for kind, value in zip(kinds, (plain, txn, uncommitted, committed)):
             figures[kind].append(value)
