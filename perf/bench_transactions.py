@@ -5,9 +5,13 @@ Figures, one run, one appliance of two workers:
   fast as it can, committing a transaction every 100 ms (``transactional.id``; each commit
   is librdkafka's flush, EndTxn, the markers), against the same producer without a
   transactional id (idempotent, acks=all: what a transactional producer is besides its
-  transactions). Kafka's own figure at that interval is a few per cent of throughput. The
-  two alternate, round after round and in turn first, so the machine's drift (two cores
-  shared) hits both alike; each round prints its ratio, the summary the medians.
+  transactions) flushing every 100 ms, so that only the transaction differs; and against
+  a producer that is not idempotent (acks=all), flushing alike. (Flushing: a producer that
+  never flushes fills librdkafka's local queue and this loop then waits on it, which made
+  it slower than the others here.) Kafka's own figure at that interval is a few per cent
+  of throughput. They alternate, round after round and in turn first, so the machine's
+  drift (two cores shared) hits all alike; each round prints its ratios, the summary the
+  medians.
 - consume: the committed data the transactional producer wrote (a marker every 100 ms) read
   from offset 0 by confluent-kafka's Consumer in read_committed and in read_uncommitted
   (timed from the first batch to the last, so connecting is left out; the queue tuned as in
@@ -72,40 +76,53 @@ def create_topic(appliance: Appliance, name: str, partitions: int = 1) -> str:
 
 # -- produce ----------------------------------------------------------------------------------
 
-def produce_rate(appliance: Appliance, topic: str, messages: int,
-                 transactional_id: str | None) -> tuple[float, int]:
-    """(messages per second from the first produce() to the last commit or flush, commits)."""
-    conf = {"bootstrap.servers": appliance.bootstrap, "enable.idempotence": True,
-            "linger.ms": 5}
-    if transactional_id is not None:
+PRODUCERS = {  # mode -> (transactional, idempotent); each flushes or commits every 100 ms
+    "acks=all": (False, False),
+    "idempotent": (False, True),
+    "transactional": (True, True),
+}
+
+
+def produce_rate(appliance: Appliance, topic: str, messages: int, mode: str,
+                 transactional_id: str) -> tuple[float, int]:
+    """(messages per second from the first produce() to the last commit or flush, commits
+    or flushes on the way)."""
+    transactional, idempotent = PRODUCERS[mode]
+    conf = {"bootstrap.servers": appliance.bootstrap, "enable.idempotence": idempotent,
+            "acks": "all", "linger.ms": 5}
+    if transactional:
         conf["transactional.id"] = transactional_id
     producer = Producer(conf)
-    if transactional_id is not None:
+    if transactional:
         producer.init_transactions(30)
     producer.list_topics(topic, timeout=30)  # connected before the clock starts
-    commits = 0
+    ends = 0
     started = time.perf_counter()
-    if transactional_id is not None:
+    if transactional:
         producer.begin_transaction()
-    next_commit = started + COMMIT_EVERY_S
-    for _ in range(messages):
+    next_end = started + COMMIT_EVERY_S
+    for n in range(messages):
+        if n % 1000 == 0:
+            producer.poll(0)  # serve delivery reports as an application does (all alike)
         while True:
             try:
                 producer.produce(topic, VALUE, partition=0)
                 break
             except BufferError:  # the local queue is full: let it drain
                 producer.poll(0.001)
-        if transactional_id is not None and time.perf_counter() >= next_commit:
-            producer.commit_transaction(60)
-            commits += 1
-            producer.begin_transaction()
-            next_commit = time.perf_counter() + COMMIT_EVERY_S
-    if transactional_id is not None:
+        if time.perf_counter() >= next_end:
+            if transactional:
+                producer.commit_transaction(60)
+                producer.begin_transaction()
+            else:
+                assert producer.flush(60) == 0
+            ends += 1
+            next_end = time.perf_counter() + COMMIT_EVERY_S
+    if transactional:
         producer.commit_transaction(60)
-        commits += 1
     else:
         assert producer.flush(120) == 0
-    return messages / (time.perf_counter() - started), commits
+    return messages / (time.perf_counter() - started), ends + 1
 
 
 def consume_rate(appliance: Appliance, topic: str, messages: int, isolation: str) -> float:
@@ -133,47 +150,47 @@ def consume_rate(appliance: Appliance, topic: str, messages: int, isolation: str
 
 def bench_throughput(appliance: Appliance, rounds: int, messages: int) -> None:
     console.print(f"\n[bold]throughput[/bold]: confluent-kafka, {messages:,} messages of "
-                  f"{len(VALUE)} bytes per round, one partition; the transactional producer "
-                  f"commits every {COMMIT_EVERY_S * 1000:.0f} ms")
-    kinds = ("produce plain", "produce txn", "consume uncommitted", "consume committed")
-    figures: dict[str, list[float]] = {kind: [] for kind in kinds}
+                  f"{len(VALUE)} bytes per round and producer, one partition; the "
+                  f"producers take turns at running first")
+    modes = list(PRODUCERS)
+    figures: dict[str, list[float]] = {m: [] for m in modes}
+    figures.update({"read_uncommitted": [], "read_committed": []})
     commits = []
     per_round = Table(title="per round (msg/s)")
     per_round.add_column("round")
-    for kind in kinds:
+    for kind in figures:
         per_round.add_column(kind, justify="right")
-    per_round.add_column("txn / plain", justify="right")
+    per_round.add_column("txn / idempotent", justify="right")
     per_round.add_column("committed / uncommitted", justify="right")
     for n in range(1, rounds + 1):
-        plain_topic = create_topic(appliance, f"bench-plain-{n}")
-        txn_topic = create_topic(appliance, f"bench-txn-{n}")
-        if n % 2:
-            plain, _ = produce_rate(appliance, plain_topic, messages, None)
-            txn, made = produce_rate(appliance, txn_topic, messages, f"bench-{n}")
-        else:  # the other order: what runs first (a colder machine, say) favours neither
-            txn, made = produce_rate(appliance, txn_topic, messages, f"bench-{n}")
-            plain, _ = produce_rate(appliance, plain_topic, messages, None)
-        order = ("read_uncommitted", "read_committed")
-        rates = {isolation: consume_rate(appliance, txn_topic, messages, isolation)
-                 for isolation in (order if n % 2 else order[::-1])}
-        uncommitted, committed = rates["read_uncommitted"], rates["read_committed"]
+        order = modes[n % len(modes):] + modes[:n % len(modes)]
+        txn_topic = None
+        for mode in order:
+            topic = create_topic(appliance, f"bench-{n}-{modes.index(mode)}")
+            rate, ends = produce_rate(appliance, topic, messages, mode, f"bench-{n}")
+            figures[mode].append(rate)
+            if PRODUCERS[mode][0]:
+                txn_topic, made = topic, ends
         commits.append(made)
-        for kind, value in zip(kinds, (plain, txn, uncommitted, committed)):
-            figures[kind].append(value)
-        per_round.add_row(str(n), *(f"{figures[k][-1]:,.0f}" for k in kinds),
-                          f"{txn / plain:.2f}", f"{committed / uncommitted:.2f}")
+        isolations = ("read_uncommitted", "read_committed")
+        for isolation in (isolations if n % 2 else isolations[::-1]):
+            figures[isolation].append(consume_rate(appliance, txn_topic, messages, isolation))
+        per_round.add_row(str(n), *(f"{values[-1]:,.0f}" for values in figures.values()),
+                          f"{figures[modes[2]][-1] / figures[modes[1]][-1]:.2f}",
+                          f"{figures['read_committed'][-1] / figures['read_uncommitted'][-1]:.2f}")
     console.print(per_round)
     medians = {kind: statistics.median(values) for kind, values in figures.items()}
     summary = Table(title=f"medians of {rounds} round(s); {statistics.median(commits):.0f} "
-                          f"commits per transactional round")
+                          f"commits per transactional run")
     summary.add_column("figure")
     summary.add_column("baseline", justify="right")
     summary.add_column("with transactions", justify="right")
     summary.add_column("ratio", justify="right")
-    for label, base, other in (("produce msg/s (idempotent → transactional)",
-                                "produce plain", "produce txn"),
-                               ("consume msg/s (read_uncommitted → read_committed)",
-                                "consume uncommitted", "consume committed")):
+    for label, base, other in (
+            ("produce msg/s: idempotent → transactional", modes[1], modes[2]),
+            ("produce msg/s: acks=all → transactional", modes[0], modes[2]),
+            ("consume msg/s: read_uncommitted → read_committed", "read_uncommitted",
+             "read_committed")):
         summary.add_row(label, f"{medians[base]:,.0f} ({medians[base] * len(VALUE) / MB:.1f} "
                                f"MB/s)",
                         f"{medians[other]:,.0f} ({medians[other] * len(VALUE) / MB:.1f} MB/s)",
