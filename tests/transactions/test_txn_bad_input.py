@@ -25,10 +25,13 @@ from klog.protocol.apis import (
     add_offsets_to_txn,
     add_partitions_to_txn,
     api_versions,
+    describe_transactions,
     end_txn,
     init_producer_id,
+    list_transactions,
     metadata,
     produce,
+    txn_offset_commit,
     write_txn_markers,
 )
 from klog.protocol.client import ClientConnection
@@ -338,7 +341,7 @@ def write_transactional(appliance, topic: str, producer_id: int, value: str,
 # -- bodies that do not decode ----------------------------------------------------------------
 
 TXN_APIS = [init_producer_id, add_partitions_to_txn, add_offsets_to_txn, end_txn,
-            write_txn_markers]
+            write_txn_markers, txn_offset_commit, describe_transactions, list_transactions]
 
 
 def good_frame(module, version: int) -> bytes:
@@ -357,6 +360,13 @@ def good_frame(module, version: int) -> bytes:
             producer_id=1, producer_epoch=0, transaction_result=True, coordinator_epoch=0,
             topics=[write_txn_markers.WritableTxnMarkerTopic(name="t",
                                                              partition_indexes=[0])])]),
+        "TxnOffsetCommit": dict(
+            transactional_id="bad-frame", group_id="g", producer_id=1, producer_epoch=0,
+            topics=[txn_offset_commit.TxnOffsetCommitRequestTopic(name="t", partitions=[
+                txn_offset_commit.TxnOffsetCommitRequestPartition(
+                    partition_index=0, committed_offset=1, committed_metadata="")])]),
+        "DescribeTransactions": dict(transactional_ids=["bad-frame"]),
+        "ListTransactions": dict(state_filters=["Ongoing"], producer_id_filters=[1]),
     }[module.SPEC.name]
     _, data = ClientConnection(client_id="bad").send_request(
         module.SPEC.key, version, module.Request(**fields))
@@ -420,7 +430,7 @@ def test_bodies_that_do_not_decode(appliance, committed):
         for bystander in bystanders:
             bystander.close()
     # the APIs with a top-level error code answer it; the others' connections are closed
-    assert answered == {"AddOffsetsToTxn", "EndTxn", "InitProducerId"}
+    assert answered == {"AddOffsetsToTxn", "EndTxn", "InitProducerId", "ListTransactions"}
     open_txn.commit_transaction(20)
     committed.values.append("open-during-garbage")
     committed.still_serving("frames")
