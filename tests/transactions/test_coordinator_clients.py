@@ -1,15 +1,12 @@
-"""Real transactional producers against the coordinator: confluent-kafka (librdkafka) and
-kafka-python. What needs the partition side (Produce with a transactional id, markers written
-by leaders) is skipped until it is there: WriteTxnMarkers served (API 27 has a handler)."""
+"""Real transactional producers against the coordinator: confluent-kafka (librdkafka),
+kafka-python and aiokafka (the coordinator's states as they see them; what consumers read is
+tests/transactions/test_real_clients_txn.py)."""
 
 from __future__ import annotations
-
-import time
 
 import pytest
 from confluent_kafka import KafkaException, Producer
 
-from appliance.workers.handlers import HANDLERS
 from tests.conftest import running_appliance, topic_maker
 from tests.transactions.coordinator_helpers import (
     SETTINGS,
@@ -18,11 +15,6 @@ from tests.transactions.coordinator_helpers import (
     listed,
     wait_for_state,
 )
-
-PARTITION_SIDE = 27 in HANDLERS
-needs_partition_side = pytest.mark.skipif(
-    not PARTITION_SIDE, reason="needs the partition side: transactional Produce and "
-                               "WriteTxnMarkers served by leaders (branch txnlog)")
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +65,6 @@ def test_confluent_second_producer_fences_the_first(appliance, topic):
     assert error.fatal() and "fenced" in error.str().lower()
 
 
-@needs_partition_side
 def test_confluent_commit_and_abort(appliance, topic):
     p = producer(appliance, "ck-commit")
     p.init_transactions(20)
@@ -107,7 +98,6 @@ def test_kafka_python_init_transactions(appliance):
         p.close(timeout=5)
 
 
-@needs_partition_side
 def test_kafka_python_commit(appliance, topic):
     kafka = pytest.importorskip("kafka")
     p = kafka.KafkaProducer(bootstrap_servers=appliance.bootstrap,
@@ -125,7 +115,6 @@ def test_kafka_python_commit(appliance, topic):
         p.close(timeout=5)
 
 
-@needs_partition_side
 def test_confluent_new_producer_aborts_the_zombies_open_transaction(appliance, topic):
     zombie = producer(appliance, "ck-zombie")
     zombie.init_transactions(20)
@@ -142,44 +131,6 @@ def test_confluent_new_producer_aborts_the_zombies_open_transaction(appliance, t
     with pytest.raises(KafkaException) as raised:
         zombie.commit_transaction(20)
     assert raised.value.args[0].fatal()
-
-
-@needs_partition_side
-def test_read_committed_sees_committed_not_aborted(appliance):
-    from confluent_kafka import Consumer, TopicPartition
-
-    topic = topic_maker(appliance.bootstrap, partitions=1, prefix="txn-visible")()
-    p = producer(appliance, "ck-visible")
-    p.init_transactions(20)
-    for value, commit in [(b"committed-1", True), (b"aborted", False),
-                          (b"committed-2", True)]:
-        p.begin_transaction()
-        p.produce(topic, value, partition=0)
-        assert p.flush(20) == 0
-        if commit:
-            p.commit_transaction(20)
-        else:
-            p.abort_transaction(20)
-    client = coordinator(appliance, "ck-visible")
-    assert wait_for_state(client, "ck-visible", "CompleteCommit").transaction_state == \
-        "CompleteCommit"
-    client.close()
-    seen = {}
-    for isolation in ("read_committed", "read_uncommitted"):
-        consumer = Consumer({"bootstrap.servers": appliance.bootstrap, "group.id": isolation,
-                             "isolation.level": isolation, "enable.auto.commit": False})
-        consumer.assign([TopicPartition(topic, 0, 0)])
-        values = []
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and len(values) < (2 if isolation ==
-                                                            "read_committed" else 3):
-            message = consumer.poll(0.5)
-            if message is not None and message.error() is None:
-                values.append(message.value())
-        consumer.close()
-        seen[isolation] = values
-    assert seen == {"read_committed": [b"committed-1", b"committed-2"],
-                    "read_uncommitted": [b"committed-1", b"aborted", b"committed-2"]}
 
 
 def _aiokafka_run(appliance, transactional_id: str, topic: str | None):
@@ -210,7 +161,6 @@ def test_aiokafka_init(appliance):
     client.close()
 
 
-@needs_partition_side
 def test_aiokafka_commit(appliance, topic):
     _aiokafka_run(appliance, "aio-commit", topic)
     client = coordinator(appliance, "aio-commit")

@@ -1,8 +1,7 @@
 """Markers on a SASL_PLAINTEXT appliance with an authorizer: the coordinator dials leaders
 with the inter-broker credentials (``sasl.mechanism.inter.broker.protocol`` and the JAAS
 entry's ``admin``, a super user, which has the ClusterAction WriteTxnMarkers needs), so
-alice's transaction completes. Needs the partition side (leaders serving WriteTxnMarkers and
-transactional Produce)."""
+alice's transaction completes."""
 
 from __future__ import annotations
 
@@ -13,9 +12,6 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from tests.security.helpers import PLAIN_USERS, confluent_conf, sasl_appliance
 from tests.transactions.coordinator_helpers import SETTINGS
 from tests.transactions.test_coordinator_acls import _acl
-from tests.transactions.test_coordinator_clients import needs_partition_side
-
-pytestmark = needs_partition_side
 
 
 @pytest.fixture(scope="module")

@@ -261,6 +261,7 @@ class TransactionCoordinator:
     async def init_producer_id(self, transactional_id: str, timeout_ms: int,
                                expected_id: int, expected_epoch: int) -> TxnMetadata:
         """InitProducerId: the id's metadata after the bump; TxnError otherwise."""
+        txn.check_transactional_id(transactional_id)
         partition = self.partition_here(transactional_id)
         self._check_free(transactional_id)
         result = txn.init_producer_id(
@@ -283,6 +284,7 @@ class TransactionCoordinator:
 
     async def add_partitions(self, transactional_id: str, producer_id: int,
                              producer_epoch: int, partitions) -> None:
+        txn.check_transactional_id(transactional_id)
         partition = self.partition_here(transactional_id)
         self._check_free(transactional_id)
         meta = txn.add_partitions(self.ids.get(transactional_id), producer_id, producer_epoch,
@@ -292,6 +294,7 @@ class TransactionCoordinator:
 
     async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
                       commit: bool) -> None:
+        txn.check_transactional_id(transactional_id)
         partition = self.partition_here(transactional_id)
         self._check_free(transactional_id)
         meta = txn.end_txn(self.ids.get(transactional_id), producer_id, producer_epoch,

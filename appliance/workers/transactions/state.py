@@ -165,6 +165,22 @@ def abort_with_fence(meta: TxnMetadata, now_ms: int, new_producer_id) -> TxnMeta
     return fenced.to(S.PREPARE_ABORT, now_ms)
 
 
+MAX_ID_BYTES = 32767  # a Kafka string's limit: the id is one in __transaction_state's key
+
+
+def check_transactional_id(transactional_id: str | None) -> None:
+    """Kafka refuses an empty (or null) transactional id with INVALID_REQUEST before anything
+    else, at any broker. A longer id than a Kafka string holds (only a compact string can
+    carry one) does not even parse in Kafka; here it is INVALID_REQUEST too, as it could not
+    be written to ``__transaction_state``."""
+    if not transactional_id:
+        raise TxnError(ErrorCode.INVALID_REQUEST, "an empty transactional id")
+    if len(transactional_id) > MAX_ID_BYTES // 4 and \
+            len(transactional_id.encode()) > MAX_ID_BYTES:
+        raise TxnError(ErrorCode.INVALID_REQUEST,
+                       f"a transactional id longer than {MAX_ID_BYTES} bytes")
+
+
 def _check_producer(meta: TxnMetadata | None, producer_id: int, producer_epoch: int) -> TxnMetadata:
     if meta is None or meta.state is S.DEAD or meta.producer_id != producer_id:
         raise TxnError(ErrorCode.INVALID_PRODUCER_ID_MAPPING,
