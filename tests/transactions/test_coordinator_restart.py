@@ -1,14 +1,11 @@
 """A new coordinator reloads ``__transaction_state``: after a kill -9 of the appliance, the
 ids keep their producer ids and epochs, an open transaction stays open, and one left in
-PrepareCommit is completed (its markers sent again: CompleteCommit once leaders serve
-WriteTxnMarkers, i.e. after the partition side is merged; until then it stays in
-PrepareCommit while the new coordinator retries them)."""
+PrepareCommit is completed (its markers sent again)."""
 
 from __future__ import annotations
 
 import time
 
-from appliance.workers.handlers import HANDLERS
 from klog.protocol.error_codes import ErrorCode
 from tests.conftest import Appliance, topic_maker
 from tests.transactions.coordinator_helpers import (
@@ -21,10 +18,8 @@ from tests.transactions.coordinator_helpers import (
     wait_for_state,
 )
 
-PARTITION_SIDE = 27 in HANDLERS
 
-
-def test_kill_9_then_the_reloaded_coordinator_finishes_prepare_commit(tmp_path):
+def test_kill_9_then_the_reloaded_coordinator_keeps_ids_and_open_transactions(tmp_path):
     appliance = Appliance(tmp_path / "appliance", log_dirs=2, settings=SETTINGS).start()
     try:
         topic = topic_maker(appliance.bootstrap, partitions=2, prefix="restart")()
@@ -32,8 +27,6 @@ def test_kill_9_then_the_reloaded_coordinator_finishes_prepare_commit(tmp_path):
         pid = init(client, "tx-prepared")
         assert add_partitions(client, "tx-prepared", pid.producer_id, 0, {topic: [0, 1]}) == \
             {(topic, 0): ErrorCode.NONE, (topic, 1): ErrorCode.NONE}
-        if not PARTITION_SIDE:
-            assert end(client, "tx-prepared", pid.producer_id, 0, True) == ErrorCode.NONE
         client.close()
         open_client = coordinator(appliance, "tx-open")
         opened = init(open_client, "tx-open")
@@ -45,15 +38,8 @@ def test_kill_9_then_the_reloaded_coordinator_finishes_prepare_commit(tmp_path):
         client = coordinator(appliance, "tx-prepared")
         state = describe(client, "tx-prepared")
         assert (state.producer_id, state.producer_epoch) == (pid.producer_id, 0)
-        if PARTITION_SIDE:
-            assert state.transaction_state == "Ongoing"  # no EndTxn was sent before the kill
-        else:
-            assert state.transaction_state == "PrepareCommit"
-            assert [(t.topic, sorted(t.partitions)) for t in state.topics] == [(topic, [0, 1])]
-            time.sleep(1)
-            log = appliance.log_text()
-            assert "1 to complete" in log
-            assert "does not serve WriteTxnMarkers" in log.split("1 to complete", 1)[1]
+        assert state.transaction_state == "Ongoing"  # no EndTxn was sent before the kill
+        assert [(t.topic, sorted(t.partitions)) for t in state.topics] == [(topic, [0, 1])]
         client.close()
         open_client = coordinator(appliance, "tx-open")
         state = describe(open_client, "tx-open")
@@ -65,12 +51,8 @@ def test_kill_9_then_the_reloaded_coordinator_finishes_prepare_commit(tmp_path):
 
 
 def test_kill_9_between_end_txn_and_the_markers(tmp_path):
-    """Only with the partition side: EndTxn answered, kill -9 before CompleteCommit could be
-    written (markers refused until then is not reproducible without it), the new coordinator
-    completes the transaction."""
-    if not PARTITION_SIDE:
-        import pytest
-        pytest.skip("needs WriteTxnMarkers served by leaders (branch txnlog)")
+    """EndTxn answered, kill -9 before CompleteCommit could be written: the new coordinator
+    sends the markers again and completes the transaction."""
     appliance = Appliance(tmp_path / "appliance", log_dirs=2, settings=SETTINGS).start()
     try:
         topic = topic_maker(appliance.bootstrap, partitions=2, prefix="restart")()

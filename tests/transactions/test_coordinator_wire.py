@@ -160,9 +160,8 @@ def test_a_transaction_open_past_its_timeout_is_aborted(appliance, topic):
     client = coordinator(appliance, "tx-hanging")
     pid = init(client, "tx-hanging", timeout_ms=500)
     add_partitions(client, "tx-hanging", pid.producer_id, 0, {topic: [0]})
-    state = wait_for_state(client, "tx-hanging", "PrepareAbort", timeout_s=10)
-    if state.transaction_state != "CompleteAbort":
-        assert state.transaction_state == "PrepareAbort"
+    state = wait_for_state(client, "tx-hanging", "CompleteAbort", timeout_s=10)
+    assert state.transaction_state == "CompleteAbort"
     assert state.producer_epoch == 1  # the producer is fenced
     assert end(client, "tx-hanging", pid.producer_id, 0, True) == E.PRODUCER_FENCED
     client.close()
