@@ -2,10 +2,11 @@
 
 A partition whose log has grown by ``offsets.topic.segment.bytes`` since its last snapshot is
 rolled, its live state restated in the fresh segment (``offsets_log.snapshot_records``) and
-made durable; then the log start moves to the snapshot (``delete_records_before``) and the
-segments wholly before it go, so a load replays one snapshot and what followed it, and no file
-is rewritten. Followers follow the leader's log start (``replication/fetcher.py``), so their copies
-shrink with the leader's.
+made durable (the offsets pending in open transactions are restated in transactional batches of
+their producers, so their markers still commit or abort them); then the log start moves to the
+snapshot (``delete_records_before``) and the segments wholly before it go, so a load replays
+one snapshot and what followed it, and no file is rewritten. Followers follow the leader's log
+start (``replication/fetcher.py``), so their copies shrink with the leader's.
 
 The log start moves only once the high watermark has passed the whole snapshot (at once for
 a single copy): before, a new leader elected from the ISR could hold the older records but not
@@ -17,7 +18,12 @@ from __future__ import annotations
 
 import logging
 
-from appliance.workers.groups.offsets_log import OFFSETS_TOPIC, partition_for, snapshot_records
+from appliance.workers.groups.offsets_log import (
+    OFFSETS_TOPIC,
+    offset_record,
+    partition_for,
+    snapshot_records,
+)
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +72,16 @@ class Compaction:
         last = start - 1
         if records:
             last = coordinator.append(partition, records)
+        # offsets pending in open transactions: restated in a transactional batch of their
+        # producer, after the committed ones, so the producer's marker still decides them
+        pending = list(coordinator.pending.of_groups(
+            lambda group_id: partition_for(group_id, count) == partition))
+        for producer_id, epoch, group_id, values in pending:
+            last = coordinator.append(partition, [
+                offset_record(group_id, topic, index, value)
+                for (topic, index), value in values.items()], (producer_id, epoch))
+            records.extend(values)
+        if last >= start:
             await coordinator.durable(partition, last)
         if partition not in coordinator.loads.loaded:
             return  # unloaded meanwhile: the new leader compacts

@@ -26,6 +26,7 @@ also compacts partitions by snapshot (``compaction.py``) and writes the lag repo
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Iterable
 
@@ -48,6 +49,7 @@ from appliance.workers.groups.offsets_log import (
     offset_record,
     partition_for,
 )
+from appliance.workers.groups.pending import PendingOffsets
 from appliance.workers.groups.state import GroupState
 from appliance.workers.handler_context import HandlerContext
 from appliance.workers.replication.partition import AppendOutcome
@@ -76,6 +78,7 @@ class GroupCoordinator:
             max_size=config.group_max_size)
         self.groups: dict[str, Group] = {}
         self.offsets: dict[str, dict[tuple[str, int], Committed]] = {}
+        self.pending = PendingOffsets()  # transactional offsets waiting for their marker
         self.loads = PartitionLoads(self)  # the partitions of __consumer_offsets served here
         self.compaction = Compaction(self)
         self.lag = LagReport()
@@ -176,6 +179,10 @@ class GroupCoordinator:
             group.on_change = self._persist_group
             self.groups[group_id] = group
             self.offsets[group_id] = state.offsets.get(group_id, {})
+        self.pending.merge(state.pending)
+        held = self.worker.partitions.get(OFFSETS_TOPIC, partition)
+        if held is not None:  # from now on its markers move the pending offsets
+            held.on_marker = functools.partial(self.marker_landed, partition)
         self.compaction.loaded(partition, plog.size_bytes)
         return len(groups)
 
@@ -184,8 +191,13 @@ class GroupCoordinator:
         in a join or sync are answered NOT_COORDINATOR. Returns how many."""
         self.compaction.forget(partition)
         info = self.worker.control.topic(OFFSETS_TOPIC)
+        held = self.worker.partitions.get(OFFSETS_TOPIC, partition)
+        if held is not None:
+            held.on_marker = None
         mine = [g for g in self.groups.keys() | self.offsets.keys()
                 if info is None or partition_for(g, info.partition_count) == partition]
+        self.pending.drop_groups(lambda g: info is None
+                                 or partition_for(g, info.partition_count) == partition)
         for group_id in mine:
             group = self.groups.pop(group_id, None)
             if group is not None and group.state is not GroupState.DEAD:
@@ -203,20 +215,33 @@ class GroupCoordinator:
                 group.kill()
         self.groups.clear()
         self.offsets.clear()
+        self.pending = PendingOffsets()
 
     # -- writing ----------------------------------------------------------------------------
 
-    def append(self, partition: int, records: list[tuple[bytes, bytes | None]]):
-        """Append records to our partition of the internal topic; returns the last offset."""
+    def append(self, partition: int, records: list[tuple[bytes, bytes | None]],
+               producer: tuple[int, int] | None = None):
+        """Append records to our partition of the internal topic; returns the last offset.
+        ``producer`` (id, epoch): in transactional batches of that producer (TxnOffsetCommit),
+        which its marker commits or aborts; an older epoch than the partition knows raises
+        INVALID_PRODUCER_EPOCH."""
         now_ms = self.worker.now_ms()
         last = -1
         held = self.worker.partitions.get(OFFSETS_TOPIC, partition)
         for start in range(0, len(records), RECORDS_PER_BATCH):
-            chunk = records[start:start + RECORDS_PER_BATCH]
-            batch = build_batch([(now_ms, key, value, ()) for key, value in chunk],
-                                now_ms=now_ms)
+            chunk = [(now_ms, key, value, ()) for key, value in
+                     records[start:start + RECORDS_PER_BATCH]]
+            if producer is None or held is None:
+                batch = build_batch(chunk, now_ms=now_ms)
+            else:
+                batch = build_batch(
+                    chunk, now_ms=now_ms, producer_id=producer[0], producer_epoch=producer[1],
+                    base_sequence=held.producers.next_sequence(*producer),
+                    is_transactional=True)
             outcome = (held.append_as_leader(batch, now_ms=now_ms) if held is not None
                        else AppendOutcome(ErrorCode.NOT_LEADER_OR_FOLLOWER))
+            if outcome.error == ErrorCode.INVALID_PRODUCER_EPOCH:
+                raise CoordinatorError(outcome.error, "a newer epoch of the producer wrote")
             if outcome.error != ErrorCode.NONE:
                 raise CoordinatorError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
                                        f"cannot append to {OFFSETS_TOPIC}-{partition}: "
@@ -270,6 +295,7 @@ class GroupCoordinator:
         records = [offset_record(group_id, topic, index, value)
                    for (topic, index), value in offsets.items()]
         last = self.append(partition, records)
+        self.pending.supersede(group_id, offsets.keys())
         self.offsets.setdefault(group_id, {}).update(offsets)
         if group_id not in self.groups:
             self.groups[group_id] = self._new_group(group_id)
@@ -279,8 +305,52 @@ class GroupCoordinator:
             log.warning("commit of group %r is not acknowledged: %s", group_id, exc)
             raise
 
+    async def commit_transactional(self, group_id: str, producer_id: int, producer_epoch: int,
+                                   offsets: dict[tuple[str, int], Committed]) -> None:
+        """TxnOffsetCommit: write the offsets in a transactional batch of the producer and
+        hold them pending until its marker lands on the partition (``marker_landed``);
+        acknowledged once replicated, as ``commit``. Raises CoordinatorError."""
+        partition = self._partition_here(group_id)
+        self._refuse_short_isr(partition)
+        records = [offset_record(group_id, topic, index, value)
+                   for (topic, index), value in offsets.items()]
+        last = self.append(partition, records, (producer_id, producer_epoch))
+        self.pending.add(producer_id, producer_epoch, group_id, offsets)
+        if group_id not in self.groups:
+            self.groups[group_id] = self._new_group(group_id)
+        try:
+            await self._committed(partition, last)
+        except CoordinatorError as exc:
+            log.warning("transactional commit of group %r (producer %d) is not acknowledged: "
+                        "%s", group_id, producer_id, exc)
+            raise
+
+    def marker_landed(self, partition: int, producer_id: int, commit: bool,
+                      offset: int) -> None:
+        """``Partition.on_marker`` of a partition we serve: the producer's transaction ended
+        there, so its pending offsets of the partition's groups are committed (COMMIT) or
+        dropped (ABORT). A partition still loading reads the marker from its log instead."""
+        if partition not in self.loads.loaded:
+            return
+        info = self.worker.control.topic(OFFSETS_TOPIC)
+        if info is None:
+            return
+        count = info.partition_count
+        done = self.pending.complete(producer_id,
+                                     lambda g: partition_for(g, count) == partition)
+        if not commit:
+            return
+        for group_id, offsets in done.items():
+            self.offsets.setdefault(group_id, {}).update(offsets)
+            if group_id not in self.groups:
+                self.groups[group_id] = self._new_group(group_id)
+
     def committed(self, group_id: str) -> dict[tuple[str, int], Committed]:
         return self.offsets.get(group_id, {})
+
+    def unstable(self, group_id: str) -> set[tuple[str, int]]:
+        """The group's partitions with offsets pending in an open transaction."""
+        return self.pending.keys_of(group_id) if self.pending else set()
 
     async def delete(self, group_id: str) -> ErrorCode:
         """DeleteGroups: only an empty group; its offsets go with it."""
@@ -300,6 +370,7 @@ class GroupCoordinator:
         last = self.append(partition, records)
         del self.groups[group_id]
         self.offsets.pop(group_id, None)
+        self.pending.drop_groups(lambda g: g == group_id)
         try:
             await self._committed(partition, last)
         except CoordinatorError as exc:
@@ -339,7 +410,8 @@ class GroupCoordinator:
         for group_id, group in list(self.groups.items()):
             group.tick(now_ms)
             if group.state is GroupState.EMPTY and group.generation == 0 \
-                    and not group.pending and not self.offsets.get(group_id):
+                    and not group.pending and not self.offsets.get(group_id) \
+                    and not self.unstable(group_id):
                 del self.groups[group_id]  # never used: nothing to remember
 
     # -- views ------------------------------------------------------------------------------

@@ -9,6 +9,11 @@ like a compacted Kafka topic; a null value is a tombstone):
   with their subscriptions and assignments, so a restarted coordinator keeps the members
   heartbeating instead of forcing every group through a rebalance.
 
+An offset record in a *transactional* batch (TxnOffsetCommit: the producer's id and epoch,
+KIP-98) is pending until that producer's control batch: COMMIT makes it committed, ABORT drops
+it (``pending.py``; a transaction still open at the log end stays pending). A replay follows
+the same rules as the live coordinator, so both agree.
+
 Keys and values are JSON (orjson), not Kafka's binary schemas: klog reads them back itself,
 and ``klog consume __consumer_offsets`` shows them legibly. Bytes (subscriptions,
 assignments) are hex.
@@ -32,8 +37,9 @@ from typing import NamedTuple
 import orjson
 
 from appliance.workers.groups.group import Group, GroupLimits, Member
+from appliance.workers.groups.pending import PendingOffsets
 from appliance.workers.groups.state import GroupState
-from klog.protocol.records import decode_batches
+from klog.protocol.records import CONTROL_ABORT, CONTROL_COMMIT, control_type, decode_batches
 
 log = logging.getLogger(__name__)
 
@@ -99,25 +105,34 @@ class LoadedPartition:
     def __init__(self) -> None:
         self.offsets: dict[str, dict[tuple[str, int], Committed]] = {}
         self.groups: dict[str, dict] = {}
+        self.pending = PendingOffsets()  # transactional offsets whose marker is not read yet
         self.skipped = 0  # records that are not ours (bad JSON, unknown kind): logged
         self.records = 0  # records replayed
 
-    def apply(self, key: bytes | None, value: bytes | None) -> None:
+    def apply(self, key: bytes | None, value: bytes | None,
+              producer: tuple[int, int] | None = None) -> None:
+        """One record; ``producer`` (id, epoch) for a record of a transactional batch, whose
+        offset stays pending until the producer's marker (``marker``)."""
         try:
             kind, group_id, *rest = orjson.loads(key)
             if kind == "offset":
                 topic, partition = rest
                 committed = self.offsets.setdefault(group_id, {})
+                if producer is not None:
+                    if value is not None:
+                        self.pending.add(*producer, group_id,
+                                         {(topic, partition): _committed(value)})
+                    return
+                self.pending.supersede(group_id, [(topic, partition)])
                 if value is None:
                     committed.pop((topic, partition), None)
                 else:
-                    v = orjson.loads(value)
-                    committed[(topic, partition)] = Committed(
-                        int(v["offset"]), int(v["epoch"]), v["metadata"], int(v["ts"]))
+                    committed[(topic, partition)] = _committed(value)
             elif kind == "group":
                 if value is None:
                     self.groups.pop(group_id, None)
                     self.offsets.pop(group_id, None)
+                    self.pending.drop_groups(lambda g: g == group_id)
                 else:
                     self.groups[group_id] = orjson.loads(value)
             else:
@@ -128,9 +143,17 @@ class LoadedPartition:
                 log.warning("%s: skipping a record that is not klog's (%s): key %r",
                             OFFSETS_TOPIC, exc, (key or b"")[:100])
 
-    def apply_all(self, records: Iterable[tuple[bytes | None, bytes | None]]) -> None:
+    def apply_all(self, records: Iterable[tuple[bytes | None, bytes | None]],
+                  producer: tuple[int, int] | None = None) -> None:
         for key, value in records:
-            self.apply(key, value)
+            self.apply(key, value, producer)
+
+    def marker(self, producer_id: int, commit: bool) -> None:
+        """The producer's transaction ended here: its pending offsets commit or go."""
+        done = self.pending.complete(producer_id, lambda group_id: True)
+        if commit:
+            for group_id, offsets in done.items():
+                self.offsets.setdefault(group_id, {}).update(offsets)
 
     def build_groups(self, limits: GroupLimits, now_ms: int) -> dict[str, Group]:
         """Groups as they were at their last completed generation; the members get a full
@@ -159,6 +182,11 @@ class LoadedPartition:
         return groups
 
 
+def _committed(value: bytes) -> Committed:
+    v = orjson.loads(value)
+    return Committed(int(v["offset"]), int(v["epoch"]), v["metadata"], int(v["ts"]))
+
+
 def snapshot_records(groups: Iterable[Group],
                      offsets: dict[str, dict[tuple[str, int], Committed]]
                      ) -> Iterator[tuple[bytes, bytes | None]]:
@@ -172,17 +200,29 @@ def snapshot_records(groups: Iterable[Group],
 
 
 def replay(plog, state: LoadedPartition, *, chunk_bytes: int = LOAD_READ_BYTES) -> Iterator[None]:
-    """Apply a partition's records, from its log start to its log end as it is now, to
-    ``state``, one read of ``chunk_bytes`` at a time, yielding after each: a caller on an
-    event loop lets others run between reads. Raises StorageError, OffsetOutOfRangeError
-    (the log was cut meanwhile: its leadership moved)."""
-    offset, end = plog.log_start_offset, plog.log_end_offset
-    while offset < end:
+    """Apply a partition's records, from its log start to its log end, to ``state``, one
+    read of ``chunk_bytes`` at a time, yielding after each: a caller on an event loop lets
+    others run between reads. The end is the log end when the last read is done, so a marker
+    that lands while a cluster-mode load runs is read too (the coordinator ignores markers
+    of a partition it is still loading). Transactional batches stay pending until their
+    producer's marker. Raises StorageError, OffsetOutOfRangeError (the log was cut
+    meanwhile: its leadership moved)."""
+    offset = plog.log_start_offset
+    while offset < plog.log_end_offset:
         piece = plog.read_replica(offset, chunk_bytes)
         if not piece:
             break
         for header, records in decode_batches(piece.read()):
-            state.apply_all((r.key, r.value) for r in records if r.offset >= offset)
+            if header.is_control:
+                if records and header.base_offset >= offset:
+                    kind = control_type(records[0])
+                    if kind in (CONTROL_COMMIT, CONTROL_ABORT):
+                        state.marker(header.producer_id, kind == CONTROL_COMMIT)
+            else:
+                producer = ((header.producer_id, header.producer_epoch)
+                            if header.is_transactional else None)
+                state.apply_all(((r.key, r.value) for r in records if r.offset >= offset),
+                                producer)
             state.records += len(records)
             offset = header.base_offset + header.last_offset_delta + 1
         yield

@@ -40,6 +40,7 @@ from appliance.workers.handlers import (
     sasl_authenticate,
     sasl_handshake,
     sync_group,
+    txn_offset_commit,
     write_txn_markers,
 )
 
@@ -50,7 +51,7 @@ MODULES = (
     create_partitions, offset_for_leader_epoch, sasl_handshake, sasl_authenticate,
     describe_acls, create_acls, delete_acls, describe_user_scram_credentials,
     alter_user_scram_credentials, write_txn_markers, add_partitions_to_txn, add_offsets_to_txn,
-    end_txn, describe_transactions, list_transactions,
+    end_txn, describe_transactions, list_transactions, txn_offset_commit,
 )
 
 HANDLERS = {module.API_KEY: module.handle for module in MODULES}

@@ -1,5 +1,8 @@
-"""OffsetFetch v1-5: a group's committed offsets (-1: none); ``topics = null`` (v2+) asks for
-every partition the group has committed."""
+"""OffsetFetch v1-7: a group's committed offsets (-1: none); ``topics = null`` (v2+) asks for
+every partition the group has committed. Offsets pending in an open transaction
+(TxnOffsetCommit) are never answered as committed; with ``require_stable`` (v7, KIP-447: a
+read_committed consumer) such a partition answers UNSTABLE_OFFSET_COMMIT, which the client
+retries until the transaction's marker lands."""
 
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ TOP_LEVEL_ERROR_VERSION = 2
 
 
 def _partition(index, committed, error=ErrorCode.NONE):
-    if committed is None:
+    if committed is None or error is not ErrorCode.NONE:
         return offset_fetch.OffsetFetchResponsePartition(
             partition_index=index, committed_offset=-1, committed_leader_epoch=-1,
             metadata="", error_code=int(error))
@@ -49,8 +52,10 @@ def handle(worker: HandlerContext, request):
     denied = access.refused_topics(worker, request, Operation.DESCRIBE, wanted)
     if body.topics is None:
         wanted = {name: indexes for name, indexes in wanted.items() if name not in denied}
+    unstable = worker.groups.unstable(body.group_id) if body.require_stable else ()
     topics = [offset_fetch.OffsetFetchResponseTopic(name=name, partitions=[
         _partition(i, None, ErrorCode.TOPIC_AUTHORIZATION_FAILED) if name in denied
+        else _partition(i, None, ErrorCode.UNSTABLE_OFFSET_COMMIT) if (name, i) in unstable
         else _partition(i, committed.get((name, i))) for i in indexes])
         for name, indexes in wanted.items()]
     return offset_fetch.Response(throttle_time_ms=0, topics=topics, error_code=0)

@@ -151,6 +151,15 @@ class ProducerStates:
     def __len__(self) -> int:
         return len(self._producers)
 
+    def next_sequence(self, producer_id: int, producer_epoch: int) -> int:
+        """The base sequence `check` accepts next from this producer at this epoch: the group
+        coordinator writes a producer's transactional offsets (TxnOffsetCommit) in batches of
+        the producer, as Kafka's coordinator-origin appends, which check no client sequence."""
+        entry = self._producers.get(producer_id)
+        if entry is None or producer_epoch > entry.epoch or entry.last_sequence is None:
+            return 0
+        return _next_sequence(entry.last_sequence)
+
     def check(self, header: BatchHeader) -> tuple[Verdict, CachedBatch | None]:
         """Decide what to do with an incoming batch; changes nothing."""
         if header.producer_id < 0:

@@ -54,6 +54,7 @@ from klog.protocol.apis import (
     sasl_authenticate,
     sasl_handshake,
     sync_group,
+    txn_offset_commit,
     write_txn_markers,
 )
 from klog.protocol.schema import Message
@@ -121,7 +122,7 @@ API_BY_KEY: dict[int, ApiSpec] = {
             _spec(list_offsets, "ListOffsets", (1, 5), (1, 5)),
             _spec(metadata, "Metadata", (0, 8), (1, 8)),
             _spec(offset_commit, "OffsetCommit", (0, 7), (2, 7)),
-            _spec(offset_fetch, "OffsetFetch", (0, 5), (1, 5)),
+            _spec(offset_fetch, "OffsetFetch", (0, 7), (1, 7)),
             _spec(find_coordinator, "FindCoordinator", (0, 2), (0, 2)),
             _spec(join_group, "JoinGroup", (0, 5), (1, 5)),
             _spec(heartbeat, "Heartbeat", (0, 3), (0, 3)),
@@ -136,6 +137,7 @@ API_BY_KEY: dict[int, ApiSpec] = {
             _spec(add_partitions_to_txn, "AddPartitionsToTxn", (0, 3), (0, 3)),
             _spec(add_offsets_to_txn, "AddOffsetsToTxn", (0, 3), (0, 3)),
             _spec(end_txn, "EndTxn", (0, 3), (0, 3)),
+            _spec(txn_offset_commit, "TxnOffsetCommit", (0, 3), (0, 3)),
             _spec(write_txn_markers, "WriteTxnMarkers", (0, 1), (0, 1)),
             _spec(describe_configs, "DescribeConfigs", (0, 3), (0, 3)),
             _spec(delete_groups, "DeleteGroups", (0, 1), (0, 1)),

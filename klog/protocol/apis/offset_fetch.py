@@ -1,12 +1,14 @@
 """OffsetFetch (key 9): a consumer reads its group's committed positions.
 
 ``topics = None`` (v2+) asks for every partition the group has committed. -1 as
-``committed_offset`` means nothing is committed. v8+ batches groups; klog stops at v5.
+``committed_offset`` means nothing is committed. v6 is flexible; v7 adds ``require_stable``
+(KIP-447: a partition with offsets pending in an open transaction answers
+UNSTABLE_OFFSET_COMMIT, which the client retries). v8+ batches groups; klog stops at v7.
 """
 
 from __future__ import annotations
 
-from klog.protocol.fieldtypes import INT16, INT32, INT64, STRING, Array
+from klog.protocol.fieldtypes import BOOL, INT16, INT32, INT64, STRING, Array
 from klog.protocol.schema import Field, Message, Struct
 
 KEY = 9
@@ -17,9 +19,10 @@ class OffsetFetchRequestTopic(Struct):
     partition_indexes = Field(Array(INT32), "0-7")
 
 
-class OffsetFetchRequest(Message, versions="0-5", flexible="6+"):
+class OffsetFetchRequest(Message, versions="0-7", flexible="6+"):
     group_id = Field(STRING, "0-7")
     topics = Field(Array(OffsetFetchRequestTopic), "0-7", nullable="2-7")
+    require_stable = Field(BOOL, "7+", default=False)
 
 
 class OffsetFetchResponsePartition(Struct):
@@ -35,7 +38,7 @@ class OffsetFetchResponseTopic(Struct):
     partitions = Field(Array(OffsetFetchResponsePartition), "0-7")
 
 
-class OffsetFetchResponse(Message, versions="0-5", flexible="6+"):
+class OffsetFetchResponse(Message, versions="0-7", flexible="6+"):
     throttle_time_ms = Field(INT32, "3+")
     topics = Field(Array(OffsetFetchResponseTopic), "0-7")
     error_code = Field(INT16, "2-7", default=0)
