@@ -2,11 +2,17 @@
 (and the asyncio twin) commits and aborts, a second producer with the same id fences the
 first, and `klog.Consumer(isolation_level="read_committed")` never delivers an aborted record
 nor a control record, while read_uncommitted sees the aborted ones. One appliance for the
-module; each test its own topic and transactional id."""
+module; each test its own topic and transactional id. The exactly-once loop runs klog's own
+consume-transform-produce process (tests/transactions/klog_eos_loop.py), killed with
+SIGKILL at a seeded point (KLOG_TXN_SEED, default 23) and run again."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import random
+import subprocess
+import sys
 import time
 
 import pytest
@@ -19,7 +25,7 @@ from klog.errors import (
     TransactionFatalError,
     TransactionStateError,
 )
-from tests.conftest import running_appliance, topic_maker
+from tests.conftest import FAST_GROUPS, REPO, running_appliance, topic_maker
 from tests.transactions.coordinator_helpers import SETTINGS, coordinator, describe
 
 TIMEOUT = 20
@@ -28,7 +34,7 @@ TIMEOUT = 20
 @pytest.fixture(scope="module")
 def appliance(tmp_path_factory):
     with running_appliance(tmp_path_factory.mktemp("klog-client-txn"),
-                           settings=SETTINGS) as started:
+                           settings={**SETTINGS, **FAST_GROUPS}) as started:
         yield started
 
 
@@ -190,3 +196,27 @@ def test_asyncio_twin_commits_and_aborts(appliance, new_topic):
             return got
 
     assert asyncio.run(run()) == [b"aio-kept"]
+
+
+def test_consume_transform_produce_is_exactly_once_across_a_kill_9(appliance, new_topic):
+    source, sink = new_topic(), new_topic()
+    counts = {0: 120, 1: 80}
+    with klog.Producer(bootstrap_servers=appliance.bootstrap) as plain:
+        for partition, count in counts.items():
+            plain.send_batch(source, [b"r%d-%d" % (partition, i) for i in range(count)],
+                             partition=partition)
+        plain.flush(TIMEOUT)
+    rng = random.Random(int(os.environ.get("KLOG_TXN_SEED", "23")))
+    die_at = f"{rng.randint(2, 5)}:{rng.choice(['sent', 'offsets', 'committed'])}"
+    loop = [sys.executable, "-m", "tests.transactions.klog_eos_loop", appliance.bootstrap,
+            source, sink, "--ends", ",".join(f"{p}:{n}" for p, n in counts.items())]
+    killed = subprocess.run([*loop, "--die-at", die_at], cwd=REPO, capture_output=True,
+                            text=True, timeout=120)
+    assert killed.returncode == -9, (die_at, killed.stderr[-2000:])
+    finished = subprocess.run(loop, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert finished.returncode == 0, (die_at, finished.stderr[-2000:])
+    out = read_all(appliance, sink, "read_committed")
+    for partition, count in counts.items():
+        mine = sorted((r for r in out if r.partition == partition), key=lambda r: r.offset)
+        assert [r.value for r in mine] == [b"R%d-%d" % (partition, i) for i in range(count)], \
+            die_at  # every input once, transformed, in the partition's order
