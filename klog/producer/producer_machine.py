@@ -45,7 +45,13 @@ from klog.producer.batch import ProducerBatch
 from klog.producer.drain import drain
 from klog.producer.partitioner import Partitioner
 from klog.producer.sequences import Sequences
-from klog.producer.transactions import COMMITTING, IN_TRANSACTION, TransactionManager
+from klog.producer.transactions import (
+    ABORTABLE_ERROR,
+    COMMITTING,
+    FATAL_ERROR,
+    IN_TRANSACTION,
+    TransactionManager,
+)
 from klog.protocol.apis import init_producer_id, metadata, produce
 from klog.protocol.error_codes import ErrorCode
 from klog.types import ConsumerGroupMetadata, OffsetAndMetadata
@@ -253,9 +259,15 @@ class ProducerProtocol:
 
     def _drop_unsent(self) -> None:
         txn = self.transactions
-        error = txn.error if isinstance(txn.error, TransactionAbortableError) else (
-            txn.error or TransactionAbortableError("the transaction was aborted before the "
-                                                   "record was sent"))
+        if txn.state == FATAL_ERROR:
+            error = txn.error
+        elif txn.state == ABORTABLE_ERROR:
+            error = TransactionAbortableError(
+                f"the transaction cannot commit ({txn.error}): abort_transaction() and retry",
+                txn.error)
+        else:
+            error = TransactionAbortableError("the transaction was aborted before the record "
+                                              "was sent")
         for batch in list(self.accumulator.abandon_all()):
             txn.unsent_dropped(batch)
             self._fail(batch, error)

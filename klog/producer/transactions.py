@@ -225,6 +225,8 @@ class TransactionManager:
             return []
         if self.state in (IN_TRANSACTION, COMMITTING):
             new = sorted(key for key in queued if key not in self.added)
+            if new and TXN not in self.coordinators:
+                return self._find(TXN)
             if new:
                 return self._send(TXN, add_partitions_to_txn,
                                   self._add_partitions_request(new), ("add_partitions", new))
@@ -242,8 +244,10 @@ class TransactionManager:
         return self._send(step.target, *self._request_for(step), step)
 
     def next_poll_ms(self, now_ms: int) -> int | None:
-        if self._in_flight is None and (self._steps or self.state == COMMITTING):
-            return max(now_ms, self._retry_at_ms)
+        """The end of a backoff; otherwise poll has sent what it could, and the next answer
+        (or the user's next call, which wakes the I/O layer) brings more work."""
+        if self._in_flight is None and self._retry_at_ms > now_ms:
+            return self._retry_at_ms
         return None
 
     def _send(self, target, api, body, context) -> list[Outgoing]:
