@@ -99,3 +99,19 @@ def _status_open(klog_cli, appliance, done) -> list[dict]:
             return rows
         assert time.monotonic() < deadline, rows
         time.sleep(0.2)
+
+
+def test_consume_read_committed_skips_an_aborted_transaction(appliance, klog_cli):
+    topic = topic_maker(appliance.bootstrap, partitions=1, prefix="txn-consume")()
+    with klog.Producer(bootstrap_servers=appliance.bootstrap, transactional_id="cli-consume",
+                       linger_ms=0) as producer:
+        producer.init_transactions(TIMEOUT)
+        for value, commit in ((b"one", True), (b"gone", False), (b"two", True)):
+            producer.begin_transaction()
+            producer.send(topic, value, partition=0)
+            producer.flush(TIMEOUT)
+            (producer.commit_transaction if commit else producer.abort_transaction)(TIMEOUT)
+    args = ["consume", "-b", appliance.bootstrap, "-t", topic, "--from-beginning", "--exit"]
+    assert klog_cli(*args, "--isolation-level", "read_committed").stdout.split() == \
+        ["one", "two"]
+    assert klog_cli(*args).stdout.split() == ["one", "gone", "two"]
