@@ -180,6 +180,12 @@ def test_asyncio_twin_commits_and_aborts(appliance, new_topic):
             await producer.abort_transaction(TIMEOUT)
             producer.begin_transaction()
             await producer.send(topic, b"aio-kept", partition=1)
+            async with klog.aio.AIOConsumer(bootstrap_servers=appliance.bootstrap,
+                                            group_id="kct-aio-group") as member:
+                metadata = member.group_metadata()
+            assert metadata.group_id == "kct-aio-group" and metadata.generation_id == -1
+            await producer.send_offsets_to_transaction({TopicPartition(topic, 1): 1},
+                                                       metadata, TIMEOUT)
             await producer.commit_transaction(TIMEOUT)
         async with klog.aio.AIOConsumer(bootstrap_servers=appliance.bootstrap,
                                         isolation_level="read_committed") as consumer:
@@ -196,6 +202,9 @@ def test_asyncio_twin_commits_and_aborts(appliance, new_topic):
             return got
 
     assert asyncio.run(run()) == [b"aio-kept"]
+    with klog.Admin(appliance.bootstrap) as admin:
+        committed = admin.list_group_offsets("kct-aio-group")
+    assert committed[TopicPartition(topic, 1)] == 1
 
 
 def test_consume_transform_produce_is_exactly_once_across_a_kill_9(appliance, new_topic):
