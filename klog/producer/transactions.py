@@ -41,6 +41,7 @@ from klog.errors import (
 )
 from klog.outgoing import Outgoing
 from klog.producer.sequences import Sequences
+from klog.producer.txn_offsets import txn_offset_commit_errors, txn_offset_commit_request
 from klog.protocol.apis import (
     add_offsets_to_txn,
     add_partitions_to_txn,
@@ -287,8 +288,6 @@ class TransactionManager:
                 transactional_id=self.transactional_id, producer_id=seq.producer_id,
                 producer_epoch=seq.producer_epoch, group_id=step.group.group_id)
         if step.kind == "txn_offset_commit":
-            from klog.producer.txn_offsets import txn_offset_commit_request
-
             return txn_offset_commit_request(self.transactional_id, seq.producer_id,
                                              seq.producer_epoch, step.group, step.offsets)
         return end_txn, end_txn.Request(
@@ -307,8 +306,6 @@ class TransactionManager:
         elif context.kind in ("init", "bump"):
             self._on_init(context, response, now_ms)
         elif context.kind == "txn_offset_commit":
-            from klog.producer.txn_offsets import txn_offset_commit_errors
-
             self._on_step_code(context, txn_offset_commit_errors(response), now_ms)
         else:
             self._on_step_code(context, [ErrorCode(response.error_code)], now_ms)
