@@ -1,5 +1,6 @@
 """klog.Admin: create, delete, list and describe topics; list offsets; inspect consumer groups,
-change their committed offsets while they are empty, and delete them.
+change their committed offsets while they are empty, and delete them; list and describe
+transactions.
 
 Example::
 
@@ -20,6 +21,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from klog.admin_groups import GroupDescription, GroupListing, describe_group
+from klog.admin_transactions import (
+    TransactionDescription,
+    TransactionListing,
+    describe_transaction,
+)
 from klog.errors import BrokerUnavailableError, KafkaError, error_for, raise_for
 from klog.protocol.apis import (
     create_partitions,
@@ -28,9 +34,11 @@ from klog.protocol.apis import (
     delete_topics,
     describe_configs,
     describe_groups,
+    describe_transactions,
     find_coordinator,
     list_groups,
     list_offsets,
+    list_transactions,
     metadata,
     offset_commit,
     offset_fetch,
@@ -44,6 +52,7 @@ from klog.wire import BrokerConnection, connect_any
 TOPIC_RESOURCE = 2
 EARLIEST, LATEST = -2, -1
 GROUP_KEY = 0  # FindCoordinator key_type of a consumer group
+TXN_KEY = 1  # ... and of a transactional id
 COORDINATOR_WAIT_S = 5.0
 COORDINATOR_BACKOFF_S = 0.1
 COORDINATOR_ERRORS = frozenset({ErrorCode.COORDINATOR_NOT_AVAILABLE,
@@ -208,13 +217,15 @@ class Admin:
 
     # -- consumer groups ----------------------------------------------------------------------
 
-    def _on_coordinator(self, group_id: str, ask: Callable[[BrokerConnection], tuple]):
-        """``ask(conn) -> (answer, error_code)`` on the coordinator of ``group_id``; returns
+    def _on_coordinator(self, group_id: str, ask: Callable[[BrokerConnection], tuple],
+                        key_type: int = GROUP_KEY):
+        """``ask(conn) -> (answer, error_code)`` on the coordinator of ``group_id`` (with
+        ``key_type=TXN_KEY``: of that transactional id); returns
         ``(coordinator node id, answer)``. Coordinator errors and a lost connection are retried
         for COORDINATOR_WAIT_S; any other error code raises KafkaError."""
         deadline = time.monotonic() + COORDINATOR_WAIT_S
         while True:
-            found = self._conn.call(find_coordinator, key=group_id, key_type=GROUP_KEY)
+            found = self._conn.call(find_coordinator, key=group_id, key_type=key_type)
             code, message, where = found.error_code, found.error_message, self._conn.address
             if code == ErrorCode.NONE:
                 try:
@@ -228,8 +239,9 @@ class Admin:
                 if code == ErrorCode.NONE:
                     return found.node_id, answer
             if code not in COORDINATOR_ERRORS or time.monotonic() >= deadline:
-                raise error_for(code, f"group {group_id!r}" + (f": {message}" if message
-                                                                else ""), broker=where)
+                what = "group" if key_type == GROUP_KEY else "transactional id"
+                raise error_for(code, f"{what} {group_id!r}" + (f": {message}" if message
+                                                                 else ""), broker=where)
             time.sleep(COORDINATOR_BACKOFF_S)
 
     def list_groups(self) -> list[GroupListing]:
@@ -334,3 +346,37 @@ class Admin:
             results[group_id] = None if code == ErrorCode.NONE else error_for(
                 code, f"group {group_id!r}")
         return results
+
+    # -- transactions -------------------------------------------------------------------------
+
+    def list_transactions(self, states: Iterable[str] = (),
+                          producer_ids: Iterable[int] = ()) -> list[TransactionListing]:
+        """Every transactional id of every node (each coordinator lists its own), optionally
+        only those in ``states`` ("Ongoing", ...) or of ``producer_ids``."""
+        answer = self._conn.call(metadata, topics=[], allow_auto_topic_creation=False)
+        listings = []
+        for broker in answer.brokers:
+            conn = self._node(broker.node_id, broker.host, broker.port)
+            reply = conn.call(list_transactions, state_filters=list(states),
+                              producer_id_filters=list(producer_ids))
+            raise_for(reply.error_code, broker=conn.address)
+            listings += [TransactionListing(t.transactional_id, t.producer_id,
+                                            t.transaction_state, broker.node_id)
+                         for t in reply.transaction_states]
+        return sorted(listings)
+
+    def describe_transactions(self, transactional_ids: Iterable[str]
+                              ) -> dict[str, TransactionDescription]:
+        """State, producer id and epoch, timeout, start time and partitions per transactional
+        id, from its coordinator. An id nobody knows raises TRANSACTIONAL_ID_NOT_FOUND."""
+        def ask(conn, transactional_id):
+            reply = conn.call(describe_transactions, transactional_ids=[transactional_id])
+            (state,) = reply.transaction_states
+            return state, state.error_code
+
+        described = {}
+        for transactional_id in transactional_ids:
+            node, state = self._on_coordinator(
+                transactional_id, lambda c, t=transactional_id: ask(c, t), TXN_KEY)
+            described[transactional_id] = describe_transaction(state, node)
+        return described

@@ -130,9 +130,18 @@ class ProducerConfig(_Common):
     max_request_size: int = 1_048_576
     key_serializer: Callable[[Any], bytes] | None = None
     value_serializer: Callable[[Any], bytes] | None = None
+    transactional_id: str | None = None  # set: a transactional producer (KIP-98)
+    transaction_timeout_ms: int = 60_000  # the coordinator aborts a transaction open longer
 
     def __post_init__(self) -> None:
         self._validate_common()
+        _check(self.transactional_id is None or isinstance(self.transactional_id, str)
+               and self.transactional_id != "", "transactional_id", self.transactional_id,
+               "a non-empty string or None")
+        _int_at_least(self, "transaction_timeout_ms", 1)
+        if self.transactional_id is not None:
+            _check(self.enable_idempotence, "enable_idempotence", self.enable_idempotence,
+                   "True (or unset) with a transactional_id: transactions need idempotence")
         _check(self.acks in (-1, 0, 1), "acks", self.acks, "0, 1, -1 or 'all'")
         _check(self.compression_type in CODECS, "compression_type", self.compression_type,
                "one of " + ", ".join(CODECS))
@@ -169,6 +178,8 @@ class ProducerConfig(_Common):
         if "compression_type" in options:
             codec = options["compression_type"]
             options["compression_type"] = "none" if codec is None else str(codec).lower()
+        if "enable_idempotence" not in options and options.get("transactional_id"):
+            options["enable_idempotence"] = True  # Kafka's rule: forced on, so acks=all
         if "enable_idempotence" not in options:
             options["enable_idempotence"] = (
                 options.get("acks", -1) == -1 and options.get("retries", 1) != 0

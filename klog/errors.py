@@ -27,8 +27,13 @@ __all__ = [
     "NotLeaderOrFollowerError",
     "OffsetOutOfRangeError",
     "OutOfOrderSequenceNumberError",
+    "ProducerFencedError",
     "RequestTimedOutError",
     "TopicAlreadyExistsError",
+    "TransactionAbortableError",
+    "TransactionError",
+    "TransactionFatalError",
+    "TransactionStateError",
     "UnknownTopicOrPartitionError",
     "UnsupportedVersionError",
     "WouldBlockError",
@@ -90,6 +95,36 @@ class LogTruncationError(KlogError):
         self.divergent_offset = divergent_offset
 
 
+class TransactionError(KlogError):
+    """A transactional producer's transaction cannot go on as it is; the subclass says what
+    to do (Kafka's three classes of transaction errors)."""
+
+
+class TransactionAbortableError(TransactionError):
+    """The transaction cannot commit, but the producer is fine: call ``abort_transaction()``,
+    then begin a new transaction and redo its work. ``cause`` is what broke it (a batch
+    refused for good, a TxnOffsetCommit from an old generation, an authorization refusal)."""
+
+    def __init__(self, message: str, cause: BaseException | None = None):
+        super().__init__(message)
+        self.cause = cause
+
+
+class TransactionFatalError(TransactionError):
+    """The producer can do nothing more: ``close()`` it (and make a new one if this process
+    should still produce). ``cause`` is the broker's error, when one said so."""
+
+    def __init__(self, message: str, cause: BaseException | None = None):
+        super().__init__(message)
+        self.cause = cause
+
+
+class TransactionStateError(TransactionError):
+    """A call out of order (the caller's fault): send() or commit before
+    ``begin_transaction()``, a transaction method before ``init_transactions()``, or on a
+    producer without a ``transactional_id``."""
+
+
 class KafkaError(KlogError):
     """A broker answered with a Kafka error code."""
 
@@ -140,6 +175,17 @@ class OutOfOrderSequenceNumberError(KafkaError):
     """The broker saw a gap in an idempotent producer's sequence numbers."""
 
 
+class ProducerFencedError(KafkaError, TransactionFatalError):
+    """Another producer with the same ``transactional_id`` (a newer epoch) took over, or this
+    one may not use its transactional id (PRODUCER_FENCED, INVALID_PRODUCER_EPOCH,
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED): fatal, close the producer. Nothing it writes
+    from now on will ever be visible to read_committed consumers."""
+
+    def __init__(self, code: ErrorCode | int, message: str | None = None, **where):
+        KafkaError.__init__(self, code, message, **where)
+        self.cause = None
+
+
 class RequestTimedOutError(KafkaError):
     """The broker could not complete the request within its timeout."""
 
@@ -158,6 +204,10 @@ _BY_CODE: dict[ErrorCode, type[KafkaError]] = {
     ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER: OutOfOrderSequenceNumberError,
     ErrorCode.REQUEST_TIMED_OUT: RequestTimedOutError,
     ErrorCode.UNSUPPORTED_VERSION: UnsupportedVersionError,
+    ErrorCode.PRODUCER_FENCED: ProducerFencedError,
+    ErrorCode.INVALID_PRODUCER_EPOCH: ProducerFencedError,
+    ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: ProducerFencedError,
+    ErrorCode.TRANSACTION_COORDINATOR_FENCED: ProducerFencedError,
 }
 
 

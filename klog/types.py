@@ -51,6 +51,18 @@ class OffsetAndTimestamp(NamedTuple):
     timestamp: int
 
 
+class ConsumerGroupMetadata(NamedTuple):
+    """What a transactional producer needs of a consumer to commit its offsets inside a
+    transaction (Kafka's ConsumerGroupMetadata, KIP-447): the coordinator refuses the commit
+    of a member of an older generation, so a zombie cannot commit. ``consumer.group_metadata()``
+    gives it."""
+
+    group_id: str
+    generation_id: int = -1
+    member_id: str = ""
+    group_instance_id: str | None = None
+
+
 class OffsetAndMetadata(NamedTuple):
     """A position to commit for a consumer group: the offset of the next record to read (not
     of the last one processed, Kafka's convention), an application string stored with it, and

@@ -6,7 +6,10 @@ publish there. Rates are the difference of two snapshots `--interval` seconds ap
 out are estimated from bytes out and the partition's bytes per message in, because workers
 serve batches without counting the records inside them. Consumer groups and their lag come
 from the reports the coordinating workers publish in their shm metrics areas
-(klog_cli/status_groups.py).
+(klog_cli/status_groups.py). Each partition's last stable offset (LSO) is in the shm index
+beside its high watermark; a partition whose LSO is below its high watermark has an open
+transaction, which holds read_committed consumers at the LSO: those are the "open
+transactions" table (`klog transactions list --open` names their transactional ids).
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ def run(args) -> int:
             key = (partition["topic"], partition["partition"])
             partition["rates"] = per_second.get(key, {})
         document["groups"] = groups
+        document["open_transactions"] = open_transactions(after)
         sys.stdout.buffer.write(orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n")
         return 0
     _print(after, per_second, groups_tables(groups, verbose=args.verbose))
@@ -74,21 +78,41 @@ def _print(snapshot, per_second, group_tables) -> None:
                         f"{age_ms / 1000:.1f}s ago" if age_ms >= 0 else "-", str(w.restarts))
     console.print(workers)
     partitions = Table(title=f"{len(snapshot.partitions)} partition(s)")
-    for column in ("topic", "partition", "owner", "log start", "high watermark", "bytes",
-                   "msgs in/s", "msgs out/s (est.)"):
+    for column in ("topic", "partition", "owner", "log start", "high watermark", "LSO",
+                   "bytes", "msgs in/s", "msgs out/s (est.)"):
         partitions.add_column(column, justify="right" if column != "topic" else "left")
     for p in snapshot.partitions:
         if p.view is None:
-            partitions.add_row(p.topic, str(p.partition), "?", "torn", "", "", "", "")
+            partitions.add_row(p.topic, str(p.partition), "?", "torn", "", "", "", "", "")
             continue
         rate = per_second.get((p.topic, p.partition), {})
         per_record = p.view.bytes_in / p.view.records_in if p.view.records_in else 0
         out = rate.get("bytes_out_per_s", 0) / per_record if per_record else 0
         partitions.add_row(p.topic, str(p.partition), str(p.owner), str(p.view.log_start_offset),
-                           str(p.view.high_watermark), f"{p.view.size_bytes:,}",
+                           str(p.view.high_watermark), str(p.view.last_stable_offset),
+                           f"{p.view.size_bytes:,}",
                            f"{rate.get('records_in_per_s', 0):,.0f}", f"{out:,.0f}")
     console.print(partitions)
+    held = open_transactions(snapshot)
+    if held:
+        table = Table(title=f"Open transactions ({len(held)} partition(s) held back)")
+        for column in ("topic", "partition", "LSO", "high watermark", "held back (offsets)"):
+            table.add_column(column, justify="right" if column != "topic" else "left")
+        for row in held:
+            table.add_row(row["topic"], str(row["partition"]), str(row["last_stable_offset"]),
+                          str(row["high_watermark"]), str(row["held_back"]))
+        console.print(table)
     for table in group_tables:
         console.print(table)
     for problem in snapshot.problems:
         console.print(f"[yellow]problem:[/] {problem}")
+
+
+def open_transactions(snapshot) -> list[dict]:
+    """The partitions an open transaction holds back: LSO below the high watermark."""
+    return [{"topic": p.topic, "partition": p.partition,
+             "last_stable_offset": p.view.last_stable_offset,
+             "high_watermark": p.view.high_watermark,
+             "held_back": p.view.high_watermark - p.view.last_stable_offset}
+            for p in snapshot.partitions
+            if p.view is not None and 0 <= p.view.last_stable_offset < p.view.high_watermark]

@@ -56,6 +56,12 @@ def add_arguments(parser: argparse.ArgumentParser, *, with_master: bool = True) 
     if with_master:
         parser.add_argument("--master", default="local[*]",
                             help="Spark master (default local[*])")
+    parser.add_argument("--isolation-level", choices=("read_uncommitted", "read_committed"),
+                        default="read_uncommitted",
+                        help="read_committed: a producer's aborted (and still open) "
+                        "transactions never reach the warehouse; an open transaction delays "
+                        "the hours it spans (Kafka's default, read_uncommitted, loads "
+                        "every record written)")
     parser.add_argument("--now", type=moment, help=argparse.SUPPRESS)  # tests, replays
 
 
@@ -66,7 +72,8 @@ def settings_from(args):
         bootstrap_servers=args.bootstrap_server, topic=args.topic, warehouse=args.warehouse,
         schema=args.schema, settle_ms=args.settle_seconds * 1000,
         min_partitions=args.min_partitions, allow_gap=args.allow_gap,
-        allow_incomplete=args.allow_incomplete, reload=args.reload)
+        allow_incomplete=args.allow_incomplete, reload=args.reload,
+        isolation_level=args.isolation_level)
 
 
 def run(args, spark=None, console: Console | None = None) -> int:

@@ -16,11 +16,17 @@ range holds it, and counted as ``out_of_hour``.
 
 An hour is complete once it has ended and ``settle_ms`` more have passed (the broker's flush
 delay and producers' buffers); only complete hours are final.
+
+Read committed (``kafka.isolation.level=read_committed``): the lookups stop at each
+partition's last stable offset, below which every transaction is decided. Where no committed
+record at or after H's end lies below it while the high watermark is above it, an open
+transaction holds records that may belong to H: the partition is ``held`` and the hour not
+complete until that transaction ends (at the latest after its ``transaction.timeout.ms``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from klog_pipeline.hours import Hour
 from klog_pipeline.lookups import LogLookups
@@ -34,6 +40,7 @@ class HourPlan:
     log_start: dict[int, int]
     complete: bool
     timestamp_type: str = "unknown"
+    held: dict[int, int] = field(default_factory=dict)  # partition -> LSO an open txn holds
 
     @property
     def records(self) -> int:
@@ -57,8 +64,13 @@ def plan_hour(lookups: LogLookups, topic: str, hour: Hour, *, now_ms: int,
         end = min(latest[tp], _or(ends[tp], latest[tp]))
         start = min(end, _or(starts[tp], latest[tp]))
         ranges[tp[1]] = (start, end)
+    held = {}
+    if lookups.read_committed:
+        marks = lookups.high_watermarks(tps)
+        held = {tp[1]: latest[tp] for tp in tps if ends[tp] is None and latest[tp] < marks[tp]}
     return HourPlan(topic, hour, ranges, {p: log_start[(topic, p)] for _, p in tps},
-                    hour.is_complete(now_ms, settle_ms), lookups.timestamp_type(topic))
+                    hour.is_complete(now_ms, settle_ms) and not held,
+                    lookups.timestamp_type(topic), held)
 
 
 def first_hour(lookups: LogLookups, topic: str) -> Hour | None:

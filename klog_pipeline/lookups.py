@@ -24,6 +24,7 @@ class LogLookups:
         self._security = dict(security_options or {})
         settings = {"client_id": "klog-spark", **(consumer_options or {})}
         self._consumer = Consumer(bootstrap_servers=bootstrap_servers, **settings)
+        self.read_committed = self._consumer.config.isolation_level == "read_committed"
 
     @classmethod
     def for_options(cls, options: SourceOptions) -> LogLookups:
@@ -78,9 +79,20 @@ class LogLookups:
         return {(tp.topic, tp.partition): offset for tp, offset in found.items()}
 
     def latest(self, tps: list[TP]) -> dict[TP, int]:
-        """The high watermark of each partition (what consumers may read)."""
+        """The end of what this source may read of each partition: the high watermark, or
+        with ``kafka.isolation.level=read_committed`` the last stable offset."""
         found = self._consumer.end_offsets(_tps(tps), timeout_ms=LOOKUP_TIMEOUT_MS)
         return {(tp.topic, tp.partition): offset for tp, offset in found.items()}
+
+    def high_watermarks(self, tps: list[TP]) -> dict[TP, int]:
+        """The high watermark of each partition, whatever the isolation level (above the last
+        stable offset while a transaction is open)."""
+        found: dict[TP, int] = {}
+        with Admin(self.bootstrap_servers, **self._security) as admin:
+            for topic in sorted({t for t, _ in tps}):
+                ends = admin.list_offsets(topic)
+                found.update({(topic, p): ends[p] for t, p in tps if t == topic})
+        return found
 
     def for_times(self, timestamps: dict[TP, int]) -> dict[TP, int | None]:
         """The first offset at or after each timestamp (ms); None where no record is."""

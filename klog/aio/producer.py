@@ -10,6 +10,10 @@ Example::
     async with klog.aio.AIOProducer(bootstrap_servers="127.0.0.1:9092") as producer:
         pending = await producer.send("clicks", b"hello", key=b"user-1")
         metadata = await pending                  # RecordMetadata(topic='clicks', ...)
+
+Transactions are the blocking producer's calls, awaited: ``await init_transactions()``,
+``begin_transaction()``, ``await send_offsets_to_transaction(...)``,
+``await commit_transaction()``, ``await abort_transaction()``.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from typing import Any
 
 from klog.aio.wire import AIONetwork
 from klog.config import ProducerConfig, build
-from klog.errors import ClosedError, KafkaTimeoutError, WouldBlockError
+from klog.errors import ClosedError, KafkaTimeoutError, TransactionStateError, WouldBlockError
 from klog.outgoing import deliver
 from klog.producer.futures import RecordHandle, metadata_of
 from klog.producer.producer_machine import ProducerProtocol
@@ -99,7 +103,7 @@ class AIOProducer:
             self._network = AIONetwork(
                 self.config.bootstrap_servers, client_id=self.config.client_id,
                 request_timeout_ms=self.config.request_timeout_ms,
-                address_of=self._core.cluster.address_of,
+                address_of=self._core.address_of,
                 ssl_context=ssl_context_of(self.config), security=self.config.security)
             self._task = asyncio.ensure_future(self._run())
         return self
@@ -135,6 +139,8 @@ class AIOProducer:
     def _append(self, topic, value, key, headers, partition, timestamp_ms):
         if self._closed or self._task is None:
             raise ClosedError("send() on a producer that is closed or not started")
+        if self._core.transactions is not None:
+            self._core.transactions.check_send()
         config = self.config
         if config.value_serializer is not None:
             value = config.value_serializer(value)
@@ -153,6 +159,8 @@ class AIOProducer:
         """Queue many values for one partition with one key; awaitable list of metadata."""
         if self._closed or self._task is None:
             raise ClosedError("send_batch() on a producer that is closed or not started")
+        if self._core.transactions is not None:
+            self._core.transactions.check_send()
         config = self.config
         values = list(values) if config.value_serializer is None else [
             config.value_serializer(v) for v in values]
@@ -187,6 +195,43 @@ class AIOProducer:
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self._changed.wait(), remaining)
 
+    # transactions (see `klog.Producer` for what each does) ---------------------------------
+
+    async def init_transactions(self, timeout: float | None = None) -> None:
+        await self._txn_wait(self._core.init_transactions, timeout, "init_transactions")
+
+    def begin_transaction(self) -> None:
+        if self._closed or self._task is None:
+            raise ClosedError("begin_transaction() on a producer that is closed or not started")
+        self._core.begin_transaction()
+
+    async def send_offsets_to_transaction(self, offsets: dict, group_metadata: Any,
+                                          timeout: float | None = None) -> None:
+        await self._txn_wait(
+            lambda: self._core.send_offsets_to_transaction(offsets, group_metadata), timeout,
+            "send_offsets_to_transaction")
+
+    async def commit_transaction(self, timeout: float | None = None) -> None:
+        await self._txn_wait(self._core.commit_transaction, timeout, "commit_transaction")
+
+    async def abort_transaction(self, timeout: float | None = None) -> None:
+        await self._txn_wait(self._core.abort_transaction, timeout, "abort_transaction")
+
+    async def _txn_wait(self, start, timeout: float | None, what: str) -> None:
+        if self._closed or self._task is None:
+            raise ClosedError(f"{what}() on a producer that is closed or not started")
+        if self._core.transactions is None:
+            raise TransactionStateError(f"{what}() needs a producer with a transactional_id")
+        future = start()
+        if future is None:
+            return
+        self._network.wakeup()
+        try:  # shielded: a timeout leaves the step running, to be awaited again
+            await asyncio.wait_for(asyncio.shield(future), timeout)
+        except TimeoutError:
+            raise KafkaTimeoutError(f"{what}() did not finish within {timeout} s; it goes on: "
+                                    f"call {what}() again to keep waiting") from None
+
     async def flush(self, timeout: float | None = None) -> None:
         """Send everything queued now and wait until acknowledged or failed."""
         futures = [batch.future for batch in self._core.begin_flush()]
@@ -213,6 +258,8 @@ class AIOProducer:
             if self._task is not None:
                 self._network.wakeup()
                 await self._task
+            if self._core.transactions is not None:
+                self._core.transactions.fail_all(ClosedError("the producer was closed"))
 
     # the sender task ----------------------------------------------------------------------
 

@@ -16,7 +16,12 @@ from klog.consumer.cursor import Cursor
 from klog.consumer.group import Assign, GroupProtocol, Revoke
 from klog.consumer.positions import EARLIEST, LATEST
 from klog.errors import ClosedError, KlogError, error_for
-from klog.types import OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
+from klog.types import (
+    ConsumerGroupMetadata,
+    OffsetAndMetadata,
+    OffsetAndTimestamp,
+    TopicPartition,
+)
 
 
 class Listener(NamedTuple):
@@ -151,6 +156,17 @@ class ConsumerBase:
         if group is None:
             raise ValueError(f"{what} needs a consumer group: give the consumer a group_id")
         return group
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """The group id, generation, member id and group instance id, for a transactional
+        producer's ``send_offsets_to_transaction`` (Kafka's ConsumerGroupMetadata): the
+        coordinator refuses the offsets of a member of an older generation (a zombie).
+        Outside a generation (before the first assignment, or with assign()) the generation
+        is -1 and the member id empty, as Kafka's."""
+        group = self._group("group_metadata()")
+        membership = group.membership
+        return ConsumerGroupMetadata(self.config.group_id, membership.generation,
+                                     membership.member_id, self.config.group_instance_id)
 
     def _positions(self, partitions: Iterable[TopicPartition] | None = None
                    ) -> dict[TopicPartition, OffsetAndMetadata]:

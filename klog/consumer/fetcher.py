@@ -16,7 +16,13 @@ from itertools import groupby
 
 from klog.config import ConsumerConfig
 from klog.consumer.positions import Assignment
-from klog.consumer.records import CompletedFetch, decode, decode_columns, next_fetch_position
+from klog.consumer.records import (
+    CompletedFetch,
+    decode,
+    decode_columns,
+    drop_aborted,
+    next_fetch_position,
+)
 from klog.errors import KlogError, error_for
 from klog.metadata import NO_LEADER, ClusterMetadata, read_replica_for
 from klog.outgoing import Outgoing
@@ -134,6 +140,8 @@ class Fetcher:
                 data = bytes(data)
                 found = next_fetch_position(data)
                 following = None if found is None else found[0]
+                if part.aborted_transactions and self.config.isolation:
+                    data = drop_aborted(data, part.aborted_transactions)
                 if following is not None and following > offset:
                     state.fetch_offset, state.fetch_epoch = found
                     state.buffered += 1

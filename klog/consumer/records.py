@@ -14,7 +14,12 @@ from __future__ import annotations
 
 from itertools import repeat
 
-from klog.protocol.record_batch import TIMESTAMP_TYPE_BIT, scan_batches
+from klog.protocol.record_batch import (
+    CONTROL_BIT,
+    TIMESTAMP_TYPE_BIT,
+    TRANSACTIONAL_BIT,
+    scan_batches,
+)
 from klog.protocol.records import decode_batches
 from klog.protocol.records_columns import RecordColumns, decode_into_columns
 from klog.types import ConsumerRecord, TopicPartition
@@ -50,6 +55,44 @@ def next_fetch_position(data) -> tuple[int, int] | None:
     if last is None:
         return None
     return last.base_offset + last.last_offset_delta + 1, last.partition_leader_epoch
+
+
+def drop_aborted(data: bytes, aborted) -> bytes:
+    """``data`` without the batches of aborted transactions (a read_committed fetch).
+
+    Kafka's consumer rule, per batch, not per record: ``aborted`` is the answer's
+    ``aborted_transactions`` (producer id, first offset). A producer's transaction counts as
+    aborted from its first offset on, until that producer's next control batch (its ABORT
+    marker) ends it; its transactional data batches in between are dropped. Control batches
+    stay (the decoders skip them, and positions move past them). Returns ``data`` itself
+    when nothing is dropped."""
+    pending = sorted((entry.first_offset, entry.producer_id) for entry in aborted)
+    index, open_ids = 0, set()
+    kept: list = []
+    start = 0  # the first byte of the run of batches kept so far
+    dropped = False
+    view = memoryview(data)
+    end = 0
+    for pos, header in scan_batches(data, verify_crc=False):
+        end = pos + header.size
+        last = header.base_offset + header.last_offset_delta
+        while index < len(pending) and pending[index][0] <= last:
+            open_ids.add(pending[index][1])
+            index += 1
+        producer_id = header.producer_id
+        if producer_id not in open_ids:
+            continue
+        if header.attributes & CONTROL_BIT:
+            open_ids.discard(producer_id)  # the abort marker: the transaction is over
+        elif header.attributes & TRANSACTIONAL_BIT:
+            if pos > start:
+                kept.append(view[start:pos])
+            start = end
+            dropped = True
+    if not dropped:
+        return data
+    kept.append(view[start:])
+    return b"".join(kept)
 
 
 def decode(fetch: CompletedFetch, *, check_crcs: bool = True,

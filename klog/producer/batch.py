@@ -24,7 +24,8 @@ from klog.protocol.records import build_batch
 class ProducerBatch:
     __slots__ = ("topic", "partition", "records", "size", "created_ms", "deadline_ms",
                  "future", "attempts", "producer_id", "producer_epoch", "base_sequence",
-                 "data", "retry_at_ms", "done", "sealed", "segments", "segment_count")
+                 "data", "retry_at_ms", "done", "sealed", "segments", "segment_count",
+                 "transactional")
 
     def __init__(self, topic: str, partition: int, created_ms: int, deadline_ms: int,
                  future: Any):
@@ -45,6 +46,7 @@ class ProducerBatch:
         self.retry_at_ms = 0
         self.done = False
         self.sealed = False  # no more records: queued for the sender
+        self.transactional = False  # part of a transaction (the batch attribute bit)
 
     @property
     def key(self) -> tuple[str, int]:
@@ -80,17 +82,20 @@ class ProducerBatch:
             extend(zip(repeat(timestamp_ms), repeat(key), values, repeat(headers)))
         return records  # short-lived when encoding: the garbage collector never sees them
 
-    def stamp(self, producer_id: int, producer_epoch: int, base_sequence: int) -> None:
+    def stamp(self, producer_id: int, producer_epoch: int, base_sequence: int,
+              transactional: bool = False) -> None:
         """Give the batch its idempotent identity; once, before the first encoding."""
         self.producer_id, self.producer_epoch = producer_id, producer_epoch
         self.base_sequence = base_sequence
+        self.transactional = transactional
 
     def encode(self, codec: int) -> bytes:
         """The batch's bytes (encoded on the first call, the same bytes on a retry)."""
         if self.data is None:
             self.data = build_batch(self._all_records(), codec=codec, producer_id=self.producer_id,
                                     producer_epoch=self.producer_epoch,
-                                    base_sequence=self.base_sequence)
+                                    base_sequence=self.base_sequence,
+                                    is_transactional=self.transactional)
         return self.data
 
     def timestamp_of(self, index: int) -> int:

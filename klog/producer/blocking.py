@@ -12,6 +12,17 @@ Example::
         future = producer.send("clicks", b'{"page": "/"}', key=b"user-42")
         print(future.result(timeout=10))   # RecordMetadata(topic='clicks', partition=3, ...)
         producer.send_batch("clicks", [b"a", b"b", b"c"])   # the paper's send(topic, messages)
+
+A transactional producer (``transactional_id=...``; Kafka's semantics, KIP-98/447) writes to
+many partitions and commits a consumer's offsets atomically; the transaction's calls are in
+`TransactionalCalls`::
+
+    producer = klog.Producer(bootstrap_servers=..., transactional_id="etl-1")
+    producer.init_transactions(10)              # fences earlier producers with this id
+    producer.begin_transaction()
+    producer.send("out", b"...")
+    producer.send_offsets_to_transaction({tp: next_offset}, consumer.group_metadata(), 10)
+    producer.commit_transaction(10)             # or abort_transaction(10)
 """
 
 from __future__ import annotations
@@ -26,6 +37,7 @@ from typing import Any
 from klog.config import ProducerConfig, build
 from klog.errors import ClosedError, KafkaTimeoutError
 from klog.outgoing import deliver
+from klog.producer.blocking_txn import TransactionalCalls
 from klog.producer.futures import FutureRecordMetadata, FutureRecordMetadataList
 from klog.producer.producer_machine import ProducerProtocol
 from klog.tls import ssl_context_of
@@ -43,7 +55,7 @@ def _now_ms() -> int:
     return _time_ns() // 1_000_000
 
 
-class Producer:
+class Producer(TransactionalCalls):
     """Publishes records to topics. Thread-safe: any number of threads may call ``send``.
 
     Options are Kafka's producer configs in snake_case (see `klog.config.ProducerConfig`):
@@ -63,7 +75,7 @@ class Producer:
         self._core = ProducerProtocol(self.config, new_future=concurrent.futures.Future)
         self._network = Network(self.config.bootstrap_servers, client_id=self.config.client_id,
                                 request_timeout_ms=self.config.request_timeout_ms,
-                                address_of=self._core.cluster.address_of,
+                                address_of=self._core.address_of,
                                 ssl_context=ssl_context_of(self.config),
                                 security=self.config.security)
         self._closed = False
@@ -72,6 +84,9 @@ class Producer:
         self._failure: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="klog-producer-sender",
                                         daemon=True)
+        if self._core.transactions is not None:  # the plain send path stays as it is
+            self.send = self._checked(self.send)  # type: ignore[method-assign]
+            self.send_batch = self._checked(self.send_batch)  # type: ignore[method-assign]
         self._thread.start()
 
     def __enter__(self) -> Producer:
@@ -202,6 +217,9 @@ class Producer:
             self._network.wakeup()
             if threading.current_thread() is not self._thread:
                 self._thread.join()
+            if self._core.transactions is not None:
+                with self._lock:
+                    self._core.transactions.fail_all(ClosedError("the producer was closed"))
 
     def statistics(self) -> dict[str, int]:
         """Counters: bytes buffered, batches not yet completed or waiting to be sent,

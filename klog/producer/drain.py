@@ -29,8 +29,10 @@ from klog.protocol.apis import produce
 
 def drain(accumulator: Accumulator, cluster: ClusterMetadata, sequences: Sequences,
           in_flight: Counter, backoff: dict[int, int], config: ProducerConfig,
-          now_ms: int) -> list[Outgoing]:
-    """Take what may be sent now; ``in_flight`` (requests per node) is updated."""
+          now_ms: int, allowed: set | None = None) -> list[Outgoing]:
+    """Take what may be sent now; ``in_flight`` (requests per node) is updated. ``allowed``
+    (a transactional producer's): only these partitions, those already added to the
+    transaction with AddPartitionsToTxn; None: every partition."""
     requests = []
     limit = config.max_in_flight_requests_per_connection
     queues = accumulator.queues
@@ -43,6 +45,8 @@ def drain(accumulator: Accumulator, cluster: ClusterMetadata, sequences: Sequenc
         for key in keys[start:] + keys[:start] if start else keys:
             queue = queues[key]
             if not queue:
+                continue
+            if allowed is not None and key not in allowed:
                 continue
             batch = queue[0]
             node = cluster.leader_of(*key)
@@ -79,7 +83,8 @@ def produce_request(node: int, batches: list[ProducerBatch], config: ProducerCon
             topics.setdefault(batch.topic, []).append(produce.PartitionProduceData(
                 index=batch.partition, records=batch.encode(codec)))
         return produce.Request(
-            transactional_id=None, acks=config.acks, timeout_ms=config.request_timeout_ms,
+            transactional_id=config.transactional_id, acks=config.acks,
+            timeout_ms=config.request_timeout_ms,
             topic_data=[produce.TopicProduceData(name=name, partition_data=parts)
                         for name, parts in topics.items()])
 

@@ -29,6 +29,8 @@ from klog.errors import (
     KafkaTimeoutError,
     KlogError,
     MessageSizeTooLargeError,
+    TransactionAbortableError,
+    TransactionStateError,
     error_for,
 )
 from klog.metadata import ClusterMetadata
@@ -43,8 +45,16 @@ from klog.producer.batch import ProducerBatch
 from klog.producer.drain import drain
 from klog.producer.partitioner import Partitioner
 from klog.producer.sequences import Sequences
+from klog.producer.transactions import (
+    ABORTABLE_ERROR,
+    COMMITTING,
+    FATAL_ERROR,
+    IN_TRANSACTION,
+    TransactionManager,
+)
 from klog.protocol.apis import init_producer_id, metadata, produce
 from klog.protocol.error_codes import ErrorCode
+from klog.types import ConsumerGroupMetadata, OffsetAndMetadata
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +106,18 @@ class ProducerProtocol:
         self._completed: list[tuple[ProducerBatch, Any]] = []
         self._linger_due: int | None = None
         self.retries = 0  # batch attempts that failed and were queued again (statistics)
+        self.transactions: TransactionManager | None = None
+        if config.transactional_id is not None:
+            self.transactions = TransactionManager(config, self.sequences, new_future)
+
+    def address_of(self, node: int) -> tuple[str, int] | None:
+        """Where a node listens: a coordinator's own answer first (it may come before any
+        metadata), then the metadata."""
+        if self.transactions is not None:
+            address = self.transactions.address_of(node)
+            if address is not None:
+                return address
+        return self.cluster.address_of(node)
 
     # the user's side ----------------------------------------------------------------------
 
@@ -189,6 +211,67 @@ class ProducerProtocol:
                     self._complete(batch, error)
                 batches.clear()
 
+    # transactions (the user's side; `klog.producer.transactions` holds the state) ---------
+
+    def _txn(self, what: str) -> TransactionManager:
+        if self.transactions is None:
+            raise TransactionStateError(f"{what} needs a producer with a transactional_id")
+        return self.transactions
+
+    def init_transactions(self):
+        """A future resolved once the producer id and epoch are the transactional id's
+        (earlier producers with that id are fenced)."""
+        return self._txn("init_transactions()").init()
+
+    def begin_transaction(self) -> None:
+        self._txn("begin_transaction()").begin()
+
+    def send_offsets_to_transaction(self, offsets: dict, group_metadata):
+        """A future resolved once the offsets are part of the transaction."""
+        txn = self._txn("send_offsets_to_transaction()")
+        if isinstance(group_metadata, str):  # Kafka's older form: the group id alone
+            group_metadata = ConsumerGroupMetadata(group_metadata)
+        if not isinstance(group_metadata, ConsumerGroupMetadata):
+            raise TypeError("group_metadata must be consumer.group_metadata() (a "
+                            f"ConsumerGroupMetadata) or a group id, not {group_metadata!r}")
+        wanted = {}
+        for tp, value in offsets.items():
+            if type(value) is int:
+                value = OffsetAndMetadata(value)
+            elif not isinstance(value, OffsetAndMetadata):
+                value = OffsetAndMetadata(*value)
+            if type(value.offset) is not int or value.offset < 0:
+                raise ValueError(f"offsets must be integers >= 0, not {value.offset!r}")
+            wanted[(tp[0], tp[1])] = (value.offset, value.leader_epoch, value.metadata)
+        return txn.send_offsets(wanted, group_metadata)
+
+    def commit_transaction(self):
+        """Seal every batch (a commit flushes), then a future resolved once EndTxn is."""
+        txn = self._txn("commit_transaction()")
+        future = txn.commit()
+        self.accumulator.seal_all()
+        return future
+
+    def abort_transaction(self):
+        """A future resolved once the abort is done (None: nothing to abort). Batches not yet
+        sent fail with TransactionAbortableError."""
+        return self._txn("abort_transaction()").abort()
+
+    def _drop_unsent(self) -> None:
+        txn = self.transactions
+        if txn.state == FATAL_ERROR:
+            error = txn.error
+        elif txn.state == ABORTABLE_ERROR:
+            error = TransactionAbortableError(
+                f"the transaction cannot commit ({txn.error}): abort_transaction() and retry",
+                txn.error)
+        else:
+            error = TransactionAbortableError("the transaction was aborted before the record "
+                                              "was sent")
+        for batch in list(self.accumulator.abandon_all()):
+            txn.unsent_dropped(batch)
+            self._fail(batch, error)
+
     # the sender's side --------------------------------------------------------------------
 
     def take_completed(self) -> list[tuple[ProducerBatch, Any]]:
@@ -200,6 +283,9 @@ class ProducerProtocol:
         due = self.cluster.refresh_due_ms(now_ms)
         if due is not None and due <= now_ms and self.cluster.wanted:
             out.append(Outgoing(None, metadata, self.cluster.build_request(now_ms)))
+        txn = self.transactions
+        if txn is not None:
+            return self._poll_transactional(txn, out, now_ms)
         if self.sequences.needs_producer_id(now_ms):
             self.sequences.requesting = True
             out.append(Outgoing(None, init_producer_id, init_producer_id.Request(
@@ -214,6 +300,25 @@ class ProducerProtocol:
                                  now_ms))
         return out
 
+    def _poll_transactional(self, txn: TransactionManager, out: list[Outgoing],
+                            now_ms: int) -> list[Outgoing]:
+        """poll for a transactional producer: coordinator requests first, then the batches
+        of the partitions already added to the transaction."""
+        accumulator = self.accumulator
+        if txn.drops_unsent:
+            self._drop_unsent()
+        self._linger_due = accumulator.seal_lingering(now_ms)
+        if accumulator.sealed_count:
+            self._expire(now_ms)
+        out.extend(txn.poll(now_ms, [key for key, queue in accumulator.queues.items() if queue],
+                            not accumulator.incomplete))
+        self._node_in_flight[None] += len(out)
+        if (accumulator.sealed_count and self.sequences.has_producer_id
+                and txn.state in (IN_TRANSACTION, COMMITTING)):
+            out.extend(drain(accumulator, self.cluster, self.sequences, self._node_in_flight,
+                             self._node_retry_at, self.config, now_ms, txn.added))
+        return out
+
     def next_poll_ms(self, now_ms: int) -> int:
         """When poll will have work without anything else happening (linger, backoff,
         metadata age); the I/O layer also polls after every answer and every append that
@@ -225,7 +330,11 @@ class ProducerProtocol:
         if due is not None and self.cluster.wanted:
             candidates.append(due)
         sequences = self.sequences
-        if sequences.enabled and sequences.producer_id < 0 and not sequences.requesting:
+        if self.transactions is not None:
+            txn_due = self.transactions.next_poll_ms(now_ms)
+            if txn_due is not None:
+                candidates.append(txn_due)
+        elif sequences.enabled and sequences.producer_id < 0 and not sequences.requesting:
             candidates.append(sequences.retry_at_ms)
         for queue in self.accumulator.queues.values():
             if queue and queue[0].retry_at_ms > now_ms:
@@ -235,9 +344,12 @@ class ProducerProtocol:
 
     def _expire(self, now_ms: int) -> None:
         for batch in self.accumulator.expired(now_ms):
-            self._fail(batch, KafkaTimeoutError(
+            error = KafkaTimeoutError(
                 f"{batch.topic}[{batch.partition}]: {batch.count} record(s) not "
-                f"acknowledged within delivery_timeout_ms={self.config.delivery_timeout_ms}"))
+                f"acknowledged within delivery_timeout_ms={self.config.delivery_timeout_ms}")
+            if self.transactions is not None:
+                self.transactions.batch_failed(batch, error)
+            self._fail(batch, error)
 
     # answers ------------------------------------------------------------------------------
 
@@ -250,6 +362,8 @@ class ProducerProtocol:
         self._answered(request)
         if request.api is metadata:
             self.cluster.update(response, now_ms)
+        elif self.transactions is not None and request.api is not produce:
+            self.transactions.on_response(request, response, now_ms)
         elif request.api is init_producer_id:
             if response.error_code == ErrorCode.NONE:
                 self.sequences.set_producer_id(response.producer_id, response.producer_epoch)
@@ -270,6 +384,8 @@ class ProducerProtocol:
         self.cluster.mark_stale()
         if request.api is metadata:
             self.cluster.failed(now_ms, str(error))
+        elif self.transactions is not None and request.api is not produce:
+            self.transactions.on_failure(request, error, now_ms)
         elif request.api is init_producer_id:
             self.sequences.producer_id_failed(now_ms + self.config.retry_backoff_ms)
         else:
@@ -318,7 +434,10 @@ class ProducerProtocol:
         else:
             log.warning("giving up on a batch of %s-%d after %d attempt(s): %s", batch.topic,
                         batch.partition, batch.attempts, error)
-            self.sequences.broken(batch)
+            if self.transactions is not None:
+                self.transactions.batch_failed(batch, error)
+            else:
+                self.sequences.broken(batch)
             self._fail(batch, error)
 
     def _succeed(self, batch: ProducerBatch, value: tuple[int, int, int]) -> None:

@@ -34,6 +34,7 @@ class Sequences:
         self.producer_id = -1
         self.producer_epoch = -1
         self.requesting = False  # an InitProducerId is in flight
+        self.transactional = False  # stamp batches as part of a transaction
         self.retry_at_ms = 0
         self._next: dict[tuple[str, int], int] = {}
         self._unacked: dict[tuple[str, int], deque[ProducerBatch]] = {}
@@ -73,7 +74,7 @@ class Sequences:
         key = batch.key
         if self.enabled and batch.base_sequence < 0:
             sequence = self._next.get(key, 0)
-            batch.stamp(self.producer_id, self.producer_epoch, sequence)
+            batch.stamp(self.producer_id, self.producer_epoch, sequence, self.transactional)
             following = sequence + batch.count
             self._next[key] = following - INT32_MAX - 1 if following > INT32_MAX else following
             unacked = self._unacked.get(key)

@@ -12,25 +12,29 @@ from klog.config import ConsumerConfig, ProducerConfig
 
 PUBLIC = [
     "Admin", "BrokerUnavailableError", "ClosedError", "CommitFailedError", "Consumer",
-    "ConsumerRecord", "ErrorCode",
+    "ConsumerGroupMetadata", "ConsumerRecord", "ErrorCode",
     "FutureRecordMetadata", "FutureRecordMetadataList", "KafkaError", "KafkaTimeoutError",
     "KlogError", "MessageSizeTooLargeError", "NoOffsetForPartitionError",
     "NotLeaderOrFollowerError", "OffsetAndMetadata", "OffsetAndTimestamp",
     "OffsetOutOfRangeError",
-    "OutOfOrderSequenceNumberError", "PartitionInfo", "Producer", "RecordColumns",
+    "OutOfOrderSequenceNumberError", "PartitionInfo", "Producer", "ProducerFencedError",
+    "RecordColumns",
     "RecordMetadata",
     "RequestTimedOutError", "TopicAlreadyExistsError", "TopicDescription", "TopicPartition",
-    "UnknownTopicOrPartitionError", "UnsupportedVersionError",
+    "TransactionAbortableError", "TransactionError", "TransactionFatalError",
+    "TransactionStateError", "UnknownTopicOrPartitionError", "UnsupportedVersionError",
 ]
 AIO_PUBLIC = ["AIOConsumer", "AIOFutureRecordMetadata", "AIOFutureRecordMetadataList",
               "AIOProducer"]
 SAME_METHODS = {
-    "Producer": ["send", "send_batch", "flush", "close"],
+    "Producer": ["send", "send_batch", "flush", "close", "init_transactions",
+                 "begin_transaction", "send_offsets_to_transaction", "commit_transaction",
+                 "abort_transaction"],
     "Consumer": ["assign", "assignment", "seek", "seek_to_beginning", "seek_to_end", "position",
                  "offsets_for_times", "beginning_offsets", "end_offsets", "poll", "close",
                  "partitions_for_topic", "pause", "resume", "paused", "highwater",
                  "subscribe", "subscription", "unsubscribe", "commit", "commit_async",
-                 "committed"],
+                 "committed", "group_metadata"],
 }
 
 

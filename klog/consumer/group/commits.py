@@ -81,6 +81,9 @@ class Commits:
         self.events = events
         self.errors = errors  # shared with the protocol object: raised by poll
         self.committed: dict[TopicPartition, int] = {}  # what this consumer last committed
+        # read_committed (KIP-447): OffsetFetch v7 asks for stable offsets only; offsets a
+        # transaction still holds pending answer UNSTABLE_OFFSET_COMMIT, retried until it ends
+        self.require_stable = False
         self._commits: list[PendingCommit] = []
         self._lookups: list[CommittedLookup] = []
 
@@ -136,8 +139,8 @@ class Commits:
         for lookup in self._lookups:
             if not lookup.sent and lookup.retry_at_ms <= now_ms:
                 lookup.sent = True
-                out.append(Outgoing(node, offset_fetch, _fetch_body(self.group_id, lookup),
-                                    context=lookup))
+                out.append(Outgoing(node, offset_fetch, _fetch_body(
+                    self.group_id, lookup, self.require_stable), context=lookup))
         return out
 
     def next_poll_ms(self) -> int | None:
@@ -290,10 +293,10 @@ class Commits:
                 self.assignment.resolved(tp, found.offset)
 
 
-def _fetch_body(group_id: str, lookup: CommittedLookup):
+def _fetch_body(group_id: str, lookup: CommittedLookup, require_stable: bool = False):
     by_topic: dict[str, list[int]] = {}
     for tp in sorted(set(lookup.partitions)):
         by_topic.setdefault(tp.topic, []).append(tp.partition)
-    return offset_fetch.Request(group_id=group_id, topics=[
+    return offset_fetch.Request(group_id=group_id, require_stable=require_stable, topics=[
         offset_fetch.OffsetFetchRequestTopic(name=t, partition_indexes=ps)
         for t, ps in by_topic.items()])

@@ -58,6 +58,7 @@ class GroupProtocol:
                                      self.events, errors)
         self.commits = Commits(config.group_id, config.retry_backoff_ms, assignment,
                                self.coordinator, self.membership, self.events, errors)
+        self.commits.require_stable = config.isolation_level == "read_committed"
 
     # the application's side ---------------------------------------------------------------
 
