@@ -14,6 +14,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from klog.protocol.apis import find_coordinator, offset_fetch, txn_offset_commit
 from klog.protocol.error_codes import ErrorCode
 from tests.conftest import Appliance, topic_maker
+from tests.polling import wait_until
 from tests.transactions.coordinator_helpers import SETTINGS
 from tests.worker.raw import RawClient
 
@@ -117,10 +118,16 @@ def test_require_stable_answers_unstable_while_the_transaction_is_open(appliance
         return [(q.committed_offset, ErrorCode(q.error_code))
                 for q in answer.topics[0].partitions]
 
+    # commit_transaction returns once EndTxn is answered (PrepareCommit written, as Kafka);
+    # the markers land after it, and until then the partition stays unstable
+    wait_until(lambda: fetched(7, require_stable=True)[1] == (4, ErrorCode.NONE), 20,
+               "the first transaction's marker")
     assert fetched(7, require_stable=True) == [(-1, ErrorCode.UNSTABLE_OFFSET_COMMIT),
                                                (4, ErrorCode.NONE)]
     assert fetched(7) == fetched(5) == [(-1, ErrorCode.NONE), (4, ErrorCode.NONE)]
     p.commit_transaction(20)
+    wait_until(lambda: fetched(7, require_stable=True)[0][1] == ErrorCode.NONE, 20,
+               "the second transaction's marker")
     assert fetched(7, require_stable=True) == [(9, ErrorCode.NONE), (4, ErrorCode.NONE)]
     client.close()
     consumer.close()
