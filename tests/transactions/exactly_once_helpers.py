@@ -65,8 +65,7 @@ def drain(loop: Loop, bootstrap: str, topic: str, partitions: int, total: int,
           timeout_s: float = 120.0) -> dict[int, list[bytes]]:
     """Let the loop finish the input and return the output (``read_output``). A loop that
     makes no progress for a while is killed with -9 and started again, as a service's
-    liveness probe would (a librdkafka producer whose connections died with the appliance
-    sometimes waits out its timeouts)."""
+    liveness probe would (see ``Loop.wait_commits``)."""
     deadline = time.monotonic() + timeout_s
     while True:
         seen = read_output(bootstrap, topic, partitions, total, timeout_s=15)
@@ -167,9 +166,12 @@ class Loop:
         if not self.alive():
             self.start()
 
-    def wait_commits(self, more: int, timeout_s: float = 20.0) -> bool:
+    def wait_commits(self, more: int, timeout_s: float = 10.0) -> bool:
         """Until this run has committed ``more`` more transactions (restarting a loop that
-        exited); False at the timeout (e.g. the input is all done)."""
+        exited); False at the timeout, after killing the loop with -9 and starting it again
+        (a liveness probe's restart: librdkafka 2.16's send_offsets_to_transaction can hang
+        past its timeout once the client re-bootstraps after the appliance died,
+        confluentinc/librdkafka#5456 and #5511). Also False when the input is all done."""
         target = self.commits() + more
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -179,6 +181,8 @@ class Loop:
                 self.start()
                 target = more
             time.sleep(0.05)
+        self.kill()
+        self.start()
         return False
 
     def tail(self) -> str:

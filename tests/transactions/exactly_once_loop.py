@@ -91,9 +91,9 @@ def main(argv=None) -> int:
             producer.produce(args.output, value=b"out:" + record.value(), key=record.key(),
                              partition=record.partition())
         positions = consumer.position(consumer.assignment())
-        # short deadlines: a librdkafka producer whose connections died with the appliance
-        # sometimes waits out the whole timeout for the group coordinator; a restarted loop
-        # (as a service's supervisor would do) goes on at once
+        # short deadlines: a restarted loop (as a service's supervisor would start one) goes
+        # on sooner than a long retry; librdkafka may also hang here past the timeout
+        # (confluentinc/librdkafka#5456, #5511): the tests restart a loop that stalls
         _retry(lambda positions=positions: producer.send_offsets_to_transaction(
             positions, consumer.consumer_group_metadata(), 5), "send_offsets_to_transaction",
             deadline_s=8)
