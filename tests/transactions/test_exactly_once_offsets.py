@@ -183,3 +183,93 @@ def test_kill_9_replays_committed_aborted_and_open(appliance, topic):
             if not exc.args[0].retriable():
                 raise
     assert _committed(appliance, "txo-reload", topic) == [10, 30]
+
+
+def test_a_snapshot_keeps_pending_and_committed_transactional_offsets(tmp_path):
+    """The group log's compaction by snapshot restates committed transactional offsets as
+    committed and pending ones as pending (their producer's marker still decides): after
+    the log start moved past the originals and a kill -9, nothing is lost."""
+    from appliance.segments.layout import read_state
+    from tests.groups.test_offsets_log import SMALL_SEGMENTS, commit
+    from tests.transactions.exactly_once_helpers import kill_9
+
+    appliance = Appliance(tmp_path / "snap", settings={**SETTINGS, **SMALL_SEGMENTS}).start()
+    try:
+        topic = topic_maker(appliance.bootstrap, partitions=4, prefix="snap")()
+        consumer, metadata = _group_metadata(appliance, "snap-open")
+        done = _producer(appliance, "snap-done")
+        done.begin_transaction()
+        done.send_offsets_to_transaction([TopicPartition(topic, 0, 5)],
+                                         _group_metadata(appliance, "snap-done")[1], 20)
+        done.commit_transaction(20)
+        still_open = _producer(appliance, "snap-open")
+        still_open.begin_transaction()
+        still_open.send_offsets_to_transaction([TopicPartition(topic, 1, 7)], metadata, 20)
+        client = RawClient(appliance.port)
+        directory = appliance.log_dirs[0] / "__consumer_offsets-0"
+        rounds = 0
+        while read_state(str(directory)).log_start_offset == 0:
+            assert rounds < 3000, "no snapshot moved the log start"
+            assert set(commit(client, "snap-filler", topic,
+                              {p: rounds for p in range(4)}).values()) == {ErrorCode.NONE}
+            rounds += 1
+        client.close()
+        consumer.close()
+        kill_9(appliance)
+        appliance.start()
+        assert _committed(appliance, "snap-done", topic, (0,)) == [5]
+        assert _committed(appliance, "snap-open", topic, (1,),
+                          isolation="read_uncommitted") == [-1001]
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                still_open.commit_transaction(10)
+                break
+            except Exception as exc:  # retriable while the coordinator reloads
+                assert time.monotonic() < deadline, exc
+                if not exc.args[0].retriable():
+                    raise
+        assert _committed(appliance, "snap-open", topic, (1,)) == [7]
+    finally:
+        appliance.stop()
+
+
+def test_v3_fences_a_member_of_another_generation_or_instance(appliance, topic):
+    """KIP-447: the consumer's group metadata (generation, member id, instance id) travels with
+    the offsets; the member's own commits, and refusals for a stale generation
+    (ILLEGAL_GENERATION) or another static instance (FENCED_INSTANCE_ID)."""
+    from klog.protocol.apis import describe_groups
+
+    consumer = Consumer({"bootstrap.servers": appliance.bootstrap, "group.id": "txo-member",
+                         "group.instance.id": "txo-a", "session.timeout.ms": 6000,
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    wait_until(lambda: consumer.poll(0.2) is None and consumer.assignment(), 30,
+               "an assignment")
+    p = _producer(appliance, "txo-member")
+    p.begin_transaction()
+    p.send_offsets_to_transaction([TopicPartition(topic, 0, 2)],
+                                  consumer.consumer_group_metadata(), 20)
+    p.commit_transaction(20)
+    assert _committed(appliance, "txo-member", topic, (0,)) == [2]
+    client = _group_coordinator(appliance, "txo-member")
+    (group,) = client.call(describe_groups, 4, groups=["txo-member"],
+                           include_authorized_operations=False).groups
+    (member,) = group.members
+    part = txn_offset_commit.TxnOffsetCommitRequestPartition
+
+    def attempt(generation: int, instance: str | None, member_id=member.member_id) -> ErrorCode:
+        answer = client.call(
+            txn_offset_commit, 3, transactional_id="txo-member", group_id="txo-member",
+            producer_id=123457, producer_epoch=0, generation_id=generation,
+            member_id=member_id, group_instance_id=instance,
+            topics=[txn_offset_commit.TxnOffsetCommitRequestTopic(
+                name=topic, partitions=[part(partition_index=1, committed_offset=1)])])
+        return ErrorCode(answer.topics[0].partitions[0].error_code)
+
+    assert attempt(10_000, "txo-a") is ErrorCode.ILLEGAL_GENERATION
+    assert attempt(10_000, "txo-a", "a-zombie") is ErrorCode.FENCED_INSTANCE_ID
+    assert attempt(10_000, "txo-b") is ErrorCode.UNKNOWN_MEMBER_ID
+    assert attempt(10_000, None, "a-zombie") is ErrorCode.UNKNOWN_MEMBER_ID
+    client.close()
+    consumer.close()

@@ -20,6 +20,7 @@ from appliance.security.acls import Operation
 from appliance.workers import access
 from appliance.workers.groups.coordinator import CoordinatorError
 from appliance.workers.groups.offsets_log import Committed
+from appliance.workers.groups.state import GroupState
 from appliance.workers.handler_context import HandlerContext
 from klog.protocol.apis import txn_offset_commit as api
 from klog.protocol.error_codes import ErrorCode
@@ -45,12 +46,26 @@ def _answer(body, errors: dict, version: int):
 
 def _member_error(group, body) -> ErrorCode:
     """Kafka's ``validateOffsetCommit`` for a transactional commit: a caller naming no member
-    (v0-2, or a producer outside any group) is not checked."""
+    (v0-2, or a producer outside any group) is not checked; else ``validateCurrentMember``
+    (a static instance mapped to another member id is a zombie: FENCED_INSTANCE_ID; an
+    unknown instance or member: UNKNOWN_MEMBER_ID), then the generation."""
     if body.generation_id < 0 and not body.member_id and body.group_instance_id is None:
         return ErrorCode.NONE
     if group is None:
         return ErrorCode.UNKNOWN_MEMBER_ID
-    return group.check_member(body.member_id, body.group_instance_id, body.generation_id)
+    if group.state is GroupState.DEAD:
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    if body.group_instance_id is not None:
+        current = group.static.get(body.group_instance_id)
+        if current is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if current != body.member_id:
+            return ErrorCode.FENCED_INSTANCE_ID
+    elif body.member_id not in group.members:
+        return ErrorCode.UNKNOWN_MEMBER_ID
+    if body.generation_id != group.generation:
+        return ErrorCode.ILLEGAL_GENERATION
+    return ErrorCode.NONE
 
 
 def _partition_error(worker, topic: str, part) -> ErrorCode:
