@@ -252,6 +252,14 @@ class TransactionCoordinator:
         else:
             self.ids[transactional_id] = meta
 
+    def _check_current(self, transactional_id: str, producer_id: int,
+                       producer_epoch: int) -> None:
+        """Kafka's first check: a producer that is not the id's current one (as a transition
+        in flight will leave it: a fence bumps the epoch at once) is answered that, never
+        CONCURRENT_TRANSACTIONS, which would have it retry."""
+        current = self.inflight.get(transactional_id) or self.ids.get(transactional_id)
+        txn.check_producer(current, producer_id, producer_epoch)
+
     def _check_free(self, transactional_id: str) -> None:
         if transactional_id in self.writing:
             raise TxnError(ErrorCode.CONCURRENT_TRANSACTIONS, "a transition is in flight")
@@ -286,6 +294,7 @@ class TransactionCoordinator:
                              producer_epoch: int, partitions) -> None:
         txn.check_transactional_id(transactional_id)
         partition = self.partition_here(transactional_id)
+        self._check_current(transactional_id, producer_id, producer_epoch)
         self._check_free(transactional_id)
         meta = txn.add_partitions(self.ids.get(transactional_id), producer_id, producer_epoch,
                                   partitions, self.worker.now_ms())
@@ -296,6 +305,7 @@ class TransactionCoordinator:
                       commit: bool) -> None:
         txn.check_transactional_id(transactional_id)
         partition = self.partition_here(transactional_id)
+        self._check_current(transactional_id, producer_id, producer_epoch)
         self._check_free(transactional_id)
         meta = txn.end_txn(self.ids.get(transactional_id), producer_id, producer_epoch,
                            commit, self.worker.now_ms())

@@ -181,7 +181,9 @@ def check_transactional_id(transactional_id: str | None) -> None:
                        f"a transactional id longer than {MAX_ID_BYTES} bytes")
 
 
-def _check_producer(meta: TxnMetadata | None, producer_id: int, producer_epoch: int) -> TxnMetadata:
+def check_producer(meta: TxnMetadata | None, producer_id: int, producer_epoch: int) -> TxnMetadata:
+    """The producer must be the id's current one: Kafka checks this before anything else, a
+    transition in flight included, so a fenced producer hears it is fenced."""
     if meta is None or meta.state is S.DEAD or meta.producer_id != producer_id:
         raise TxnError(ErrorCode.INVALID_PRODUCER_ID_MAPPING,
                        "the producer id is not this transactional id's")
@@ -195,7 +197,7 @@ def add_partitions(meta: TxnMetadata | None, producer_id: int, producer_epoch: i
                    partitions, now_ms: int) -> TxnMetadata | None:
     """AddPartitionsToTxn (and AddOffsetsToTxn's partition): the transaction is Ongoing with
     them; None when it already has them all (nothing to write)."""
-    meta = _check_producer(meta, producer_id, producer_epoch)
+    meta = check_producer(meta, producer_id, producer_epoch)
     if meta.state in PREPARED or meta.state is S.PREPARE_EPOCH_FENCE:
         raise TxnError(ErrorCode.CONCURRENT_TRANSACTIONS, f"a transaction is {meta.state.label}")
     wanted = frozenset(partitions)
@@ -210,7 +212,7 @@ def end_txn(meta: TxnMetadata | None, producer_id: int, producer_epoch: int, com
             now_ms: int) -> TxnMetadata | None:
     """EndTxn: PrepareCommit or PrepareAbort of the open transaction; None for a retry of an
     EndTxn already decided the same way (answered NONE, nothing written)."""
-    meta = _check_producer(meta, producer_id, producer_epoch)
+    meta = check_producer(meta, producer_id, producer_epoch)
     same = S.PREPARE_COMMIT if commit else S.PREPARE_ABORT
     done = S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT
     if meta.state is S.ONGOING:
