@@ -301,6 +301,15 @@ class TransactionCoordinator:
         if meta is not None:
             await self._write(partition, meta)
 
+    def verify_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                          partitions, not_added: ErrorCode) -> dict:
+        """KIP-890's verification for a partition leader: each partition's ErrorCode (NONE:
+        in the ongoing transaction); TxnError for the whole id. Nothing is written."""
+        txn.check_transactional_id(transactional_id)
+        self.partition_here(transactional_id)
+        return txn.verify_partitions(self.ids.get(transactional_id), producer_id,
+                                     producer_epoch, partitions, not_added)
+
     async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
                       commit: bool) -> None:
         txn.check_transactional_id(transactional_id)

@@ -208,6 +208,21 @@ def add_partitions(meta: TxnMetadata | None, producer_id: int, producer_epoch: i
     return meta.to(S.ONGOING, now_ms, partitions=base | wanted, start_ms=start)
 
 
+def verify_partitions(meta: TxnMetadata | None, producer_id: int, producer_epoch: int,
+                      partitions, not_added: ErrorCode) -> dict[tuple[str, int], ErrorCode]:
+    """AddPartitionsToTxn v4+ with ``verify_only`` (KIP-890, Kafka's
+    handleVerifyPartitionsInTransaction): whether each partition is in the id's ongoing
+    transaction, changing nothing. The same producer checks as an add, then a transaction
+    being prepared is CONCURRENT_TRANSACTIONS (the leader answers its producer a retriable
+    error); a partition outside the transaction is ``not_added`` (INVALID_TXN_STATE at v4,
+    TRANSACTION_ABORTABLE at v5). The state looked at is the one written: a partition is in
+    once its AddPartitionsToTxn is in the log, out once the Complete* state is."""
+    meta = check_producer(meta, producer_id, producer_epoch)
+    if meta.state in PREPARED:
+        raise TxnError(ErrorCode.CONCURRENT_TRANSACTIONS, f"a transaction is {meta.state.label}")
+    return {p: ErrorCode.NONE if p in meta.partitions else not_added for p in partitions}
+
+
 def end_txn(meta: TxnMetadata | None, producer_id: int, producer_epoch: int, commit: bool,
             now_ms: int) -> TxnMetadata | None:
     """EndTxn: PrepareCommit or PrepareAbort of the open transaction; None for a retry of an

@@ -134,7 +134,7 @@ API_BY_KEY: dict[int, ApiSpec] = {
             _spec(create_topics, "CreateTopics", (0, 4), (2, 4)),
             _spec(delete_topics, "DeleteTopics", (0, 3), (1, 3)),
             _spec(init_producer_id, "InitProducerId", (0, 4), (0, 4)),
-            _spec(add_partitions_to_txn, "AddPartitionsToTxn", (0, 3), (0, 3)),
+            _spec(add_partitions_to_txn, "AddPartitionsToTxn", (0, 5), (0, 5)),
             _spec(add_offsets_to_txn, "AddOffsetsToTxn", (0, 3), (0, 3)),
             _spec(end_txn, "EndTxn", (0, 3), (0, 3)),
             _spec(txn_offset_commit, "TxnOffsetCommit", (0, 3), (0, 3)),
