@@ -114,6 +114,9 @@ class BrokerConfig:
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
     transactional_id_expiration_ms: int = 604_800_000
     transaction_remove_expired_transaction_cleanup_interval_ms: int = 3_600_000
+    # KIP-890's first part: a transactional batch that would start a transaction on a
+    # partition is appended only once the coordinator confirms the partition is in it
+    transaction_partition_verification_enable: bool = True
     # SASL (appliance/sasl_config.py): listener name -> its settings, SASL listeners only
     listener_sasl: dict[str, SaslSettings] = field(default_factory=dict)
     connection_failed_authentication_delay_ms: int = 100
@@ -346,6 +349,8 @@ KEYS: dict[str, tuple[str, object]] = {
     "transactional.id.expiration.ms": ("transactional_id_expiration_ms", _int(1)),
     "transaction.remove.expired.transaction.cleanup.interval.ms": (
         "transaction_remove_expired_transaction_cleanup_interval_ms", _int(1)),
+    "transaction.partition.verification.enable": ("transaction_partition_verification_enable",
+                                                  _bool),
     "connection.failed.authentication.delay.ms": ("connection_failed_authentication_delay_ms",
                                                   _int(0)),
     "authorizer.class.name": ("authorizer_class_name", _authorizer_class),

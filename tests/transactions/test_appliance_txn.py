@@ -7,6 +7,11 @@ stable offset until its COMMIT, the committed ones visible) and read_uncommitted
 visible); ListOffsets both ways; a raw read_committed Fetch at either worker of the appliance
 (the owner, and the other through shm and the .txnindex files) answers the same LSO and the
 aborted transaction.
+
+With no coordinator, KIP-890's verification (a transactional batch may start a transaction
+only once the coordinator confirms it) would refuse these batches: it is off here
+(`transaction.partition.verification.enable=false`); tests/transactions/
+test_kip890_verification.py covers it.
 """
 
 from __future__ import annotations
@@ -35,7 +40,8 @@ CLIENTS = ["confluent", "kafka-python", "aiokafka"]
 
 @pytest.fixture(scope="module")
 def appliance(tmp_path_factory):
-    with running_appliance(tmp_path_factory.mktemp("txn"), log_dirs=2) as started:
+    with running_appliance(tmp_path_factory.mktemp("txn"), log_dirs=2, settings={
+            "transaction.partition.verification.enable": "false"}) as started:
         yield started
 
 

@@ -10,9 +10,16 @@ all, as in Kafka. zstd needs Produce v7+ (KIP-110).
 Transactions (KIP-98): a request with a `transactional_id` needs WRITE on that
 TRANSACTIONAL_ID when an authorizer is set (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED on every
 partition, Kafka's answer); its transactional batches open the producer's transaction on each
-partition (`Partition`). Whether the coordinator added the partition to the transaction is not
-checked here, as in Kafka before KIP-890's second part: a partition not added is written and
-its transaction left open until a marker ends it.
+partition (`Partition`).
+
+KIP-890's first part (`transaction.partition.verification.enable`, on by default as in
+Kafka 3.6+): a transactional batch that would start its producer's transaction on a partition
+is appended only once the transaction coordinator confirms the partition is in that ongoing
+transaction (`transactions/leader_checks.py`); until it answers, the request waits (the
+worker does not), and every partition of it is appended after the answer, as Kafka does. A
+partition the coordinator denies is INVALID_TXN_STATE ("Partition was not added to the
+transaction"), one it could not confirm NOT_ENOUGH_REPLICAS (retriable); nothing of it is
+appended, so no transaction is left hanging.
 """
 
 from __future__ import annotations
@@ -23,6 +30,8 @@ from appliance.security.acls import Operation, ResourceType
 from appliance.workers import access
 from appliance.workers.connection import NO_RESPONSE
 from appliance.workers.handler_context import HandlerContext
+from appliance.workers.transactions import leader_checks
+from appliance.workers.transactions.leader_checks import Checks
 from klog.protocol.apis import produce
 from klog.protocol.error_codes import ErrorCode
 from klog.protocol.record_batch import CODEC_ZSTD, HEADER_BYTES, read_header
@@ -43,10 +52,13 @@ def _uses_zstd(records) -> bool:
     return len(records) >= HEADER_BYTES and read_header(records).codec == CODEC_ZSTD
 
 
-def _append_one(worker, topic, partition_data, body, version, now_ms):
+def _append_one(worker, topic, partition_data, body, version, now_ms, checks: Checks):
     """The partition's answer, and the future acks=all waits on (None: nothing to wait)."""
     records = partition_data.records
     index = partition_data.index
+    refused = checks.refused.get((topic, index))
+    if refused is not None:
+        return _partition_response(index, refused[0], message=refused[1]), None
     if records is not None and version < ZSTD_MIN_VERSION and _uses_zstd(records):
         return _partition_response(index, ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
                                    message="zstd needs Produce v7 or later"), None
@@ -57,7 +69,8 @@ def _append_one(worker, topic, partition_data, body, version, now_ms):
     if not worker.leads(topic, index):
         return _partition_response(index, worker.absent_partition_error(topic, index)), None
     outcome = worker.partitions.get(topic, index).append_as_leader(
-        records, now_ms=now_ms, required_acks=body.acks, timeout_ms=body.timeout_ms)
+        records, now_ms=now_ms, required_acks=body.acks, timeout_ms=body.timeout_ms,
+        guard=checks.guard((topic, index)))
     return _partition_response(index, outcome.error, outcome.base_offset,
                                outcome.log_append_time_ms, outcome.log_start_offset,
                                outcome.message), outcome.committed
@@ -76,14 +89,37 @@ def _refused(topic_data, error: ErrorCode, message=None) -> list:
 
 def handle(worker: HandlerContext, request):
     body = request.body
-    version = request.header.api_version
-    now_ms = worker.now_ms()
-    responses = []
-    waiting = []  # (partition response, its acks=all future)
     denied = access.refused_topics(worker, request, Operation.WRITE,
                                    [t.name for t in body.topic_data])
     txn_denied = body.transactional_id is not None and not access.allowed(
         worker, request, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id)
+    verifying = worker.config.transaction_partition_verification_enable
+    checks = Checks(default=None if verifying else False)
+    if verifying and body.transactional_id is not None and not txn_denied \
+            and body.acks in (0, 1, -1):
+        pending = leader_checks.to_verify(worker, body, denied)
+        if pending:
+            answer = _after_verification(worker, request, denied, pending)
+            if body.acks == 0:  # no answer, but the appends still follow the verification
+                asyncio.ensure_future(answer)
+                return NO_RESPONSE
+            return answer
+    return _appended(worker, request, denied, txn_denied, checks)
+
+
+async def _after_verification(worker, request, denied, pending):
+    checks = await leader_checks.verify(worker, request.body.transactional_id, pending)
+    result = _appended(worker, request, denied, False, checks)
+    return await result if isinstance(result, asyncio.Future) else result
+
+
+def _appended(worker: HandlerContext, request, denied, txn_denied: bool, checks: Checks):
+    """Append every partition (as `checks` allows); the answer, or a future of it."""
+    body = request.body
+    version = request.header.api_version
+    now_ms = worker.now_ms()
+    responses = []
+    waiting = []  # (partition response, its acks=all future)
     for topic_data in body.topic_data:
         name = topic_data.name
         if body.acks not in (0, 1, -1):
@@ -97,7 +133,7 @@ def handle(worker: HandlerContext, request):
             partitions = []
             for partition_data in topic_data.partition_data:
                 response, committed = _append_one(worker, name, partition_data, body, version,
-                                                  now_ms)
+                                                  now_ms, checks)
                 partitions.append(response)
                 if committed is not None:
                     waiting.append((response, committed))

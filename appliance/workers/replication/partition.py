@@ -131,9 +131,13 @@ class Partition:
     # the leader's side -------------------------------------------------------------------
 
     def append_as_leader(self, records, *, now_ms: int, required_acks: int = 1,
-                         timeout_ms: int = 30_000) -> AppendOutcome:
+                         timeout_ms: int = 30_000, guard=False) -> AppendOutcome:
         """Append a Produce request's records, with the idempotent producers' checks
-        (a retried batch is acknowledged with its first offsets, not appended again)."""
+        (a retried batch is acknowledged with its first offsets, not appended again).
+        ``guard`` (KIP-890): False when no verification is required (the coordinators'
+        own appends, or verification off); else what `start_verification` handed out for
+        this request (None: nothing verified), without which a transactional batch may not
+        start a transaction here (INVALID_TXN_STATE)."""
         if required_acks == ACKS_ALL:
             refused = self.acks_all_refusal()
             if refused is not None:
@@ -151,7 +155,7 @@ class Partition:
             return AppendOutcome(ErrorCode.INVALID_RECORD,
                                  message="a client may not append control batches")
         producers = self.producers
-        verdicts = [producers.check(h) for h in headers]
+        verdicts = [producers.check(h, guard) for h in headers]
         if len(headers) == 1 and verdicts[0][0] is Verdict.DUPLICATE:
             cached = verdicts[0][1]
             return self._appended(cached.base_offset, cached.last_offset,
@@ -162,6 +166,9 @@ class Partition:
             if verdict is Verdict.INVALID_TXN_STATE:
                 return AppendOutcome(ErrorCode.INVALID_TXN_STATE, message="a transaction of "
                                      "this producer is open: its batches must be transactional")
+            if verdict is Verdict.UNVERIFIED:
+                return AppendOutcome(ErrorCode.INVALID_TXN_STATE, message="Record was not "
+                                     "part of an ongoing transaction")
             if verdict is not Verdict.APPEND:
                 return AppendOutcome(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
         try:

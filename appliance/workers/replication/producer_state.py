@@ -13,6 +13,14 @@ open transaction bounds the last stable offset. A non-transactional batch from a
 a transaction open is INVALID_TXN_STATE; a marker with an older producer epoch is FENCED, one
 from an older coordinator epoch COORDINATOR_FENCED. Replaying the log also lists the aborted
 transactions per segment, from which the .txnindex files are checked (`of_log`).
+
+KIP-890's first part (verification): before a transactional batch may start a transaction of
+its producer here, the leader asks the transaction coordinator whether the partition is in the
+producer's ongoing transaction. `start_verification` hands out a guard for that question (one
+per producer, kept with the lowest sequence it was asked for); the producer's next append or
+marker here drops it, so an answer that arrives after a marker ended the transaction no longer
+opens one (the append is UNVERIFIED). A batch of a higher sequence than the one being verified
+is OUT_OF_ORDER meanwhile (Kafka's VerificationStateEntry).
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ class Verdict(Enum):
     FENCED = "fenced"
     INVALID_TXN_STATE = "invalid_txn_state"
     COORDINATOR_FENCED = "coordinator_fenced"
+    UNVERIFIED = "unverified"  # would start a transaction the coordinator did not confirm
 
 
 @dataclass(frozen=True)
@@ -56,6 +65,23 @@ class ProducerEntry:
     @property
     def last_sequence(self) -> int | None:
         return self.batches[-1].last_sequence if self.batches else None
+
+
+class VerificationGuard:
+    """The identity of one verification of one producer's transaction on a partition."""
+
+    __slots__ = ("epoch", "lowest_sequence")
+
+    def __init__(self, epoch: int, sequence: int):
+        self.epoch = epoch
+        self.lowest_sequence = sequence
+
+    def asked(self, epoch: int, sequence: int) -> None:
+        """Another batch asks: remember the lowest sequence of the newest epoch."""
+        if epoch > self.epoch:
+            self.epoch, self.lowest_sequence = epoch, sequence
+        elif epoch == self.epoch and sequence < self.lowest_sequence:
+            self.lowest_sequence = sequence
 
 
 @dataclass(frozen=True)
@@ -84,6 +110,7 @@ class ProducerStates:
     def __init__(self):
         self._producers: dict[int, ProducerEntry] = {}
         self._open: dict[int, int] = {}  # producer id -> first offset of its open transaction
+        self._verifying: dict[int, VerificationGuard] = {}  # KIP-890: producer id -> guard
         # what `of_log` replayed: segment base -> the aborted transactions whose markers it holds
         self.aborted_by_segment: dict[int, list[AbortedTxn]] = {}
 
@@ -143,6 +170,7 @@ class ProducerStates:
         if entry is None or producer_epoch > entry.epoch:
             entry = self._producers[producer_id] = ProducerEntry(producer_epoch)
         entry.coordinator_epoch = max(entry.coordinator_epoch, coordinator_epoch)
+        self._verifying.pop(producer_id, None)
         first = self._open.pop(producer_id, None)
         if first is None:
             return None
@@ -160,17 +188,57 @@ class ProducerStates:
             return 0
         return _next_sequence(entry.last_sequence)
 
-    def check(self, header: BatchHeader) -> tuple[Verdict, CachedBatch | None]:
-        """Decide what to do with an incoming batch; changes nothing."""
+    def needs_verification(self, header: BatchHeader) -> bool:
+        """Whether a transactional batch would start its producer's transaction here (none
+        open at its epoch), so the coordinator must confirm it first. A batch of an older
+        epoch than the producer's here (a marker of a fenced epoch landed since) needs none:
+        it is INVALID_PRODUCER_EPOCH, which a client recovers from (Kafka's KAFKA-19690)."""
+        if not header.is_transactional or header.producer_id < 0:
+            return False
+        entry = self._producers.get(header.producer_id)
+        if entry is not None and header.producer_epoch < entry.epoch:
+            return False
+        return not self._ongoing(header.producer_id, header.producer_epoch)
+
+    def _ongoing(self, producer_id: int, producer_epoch: int) -> bool:
+        entry = self._producers.get(producer_id)
+        return producer_id in self._open and entry is not None and entry.epoch == producer_epoch
+
+    def start_verification(self, header: BatchHeader) -> VerificationGuard:
+        """The guard an append must present after the coordinator confirmed the batch's
+        transaction (the producer's current one, if a verification is already under way)."""
+        guard = self._verifying.get(header.producer_id)
+        if guard is None:
+            guard = self._verifying[header.producer_id] = VerificationGuard(
+                header.producer_epoch, header.base_sequence)
+        else:
+            guard.asked(header.producer_epoch, header.base_sequence)
+        return guard
+
+    def end_verification(self, producer_id: int, guard: VerificationGuard) -> None:
+        """A verification that failed for good: its guard is of no further use."""
+        if self._verifying.get(producer_id) is guard:
+            del self._verifying[producer_id]
+
+    def check(self, header: BatchHeader, guard: VerificationGuard | bool | None = False
+              ) -> tuple[Verdict, CachedBatch | None]:
+        """Decide what to do with an incoming batch; changes nothing. ``guard`` False: no
+        verification required (not a client's produce, or verification is off); else a
+        transactional batch that would start a transaction must present the producer's
+        current guard (None presents none)."""
         if header.producer_id < 0:
             return Verdict.APPEND, None
         if not header.is_transactional and header.producer_id in self._open:
             return Verdict.INVALID_TXN_STATE, None
         entry = self._producers.get(header.producer_id)
+        if entry is not None and header.producer_epoch < entry.epoch:
+            return Verdict.FENCED, None
+        if guard is not False and header.is_transactional:
+            verdict = self._check_guard(header, guard)
+            if verdict is not None:
+                return verdict, None
         if entry is None:
             return Verdict.APPEND, None
-        if header.producer_epoch < entry.epoch:
-            return Verdict.FENCED, None
         if header.producer_epoch > entry.epoch:
             verdict = Verdict.APPEND if header.base_sequence == 0 else Verdict.OUT_OF_ORDER
             return verdict, None
@@ -184,10 +252,23 @@ class ProducerStates:
             return Verdict.APPEND, None
         return Verdict.OUT_OF_ORDER, None
 
+    def _check_guard(self, header: BatchHeader, guard) -> Verdict | None:
+        current = self._verifying.get(header.producer_id)
+        if current is not None and header.base_sequence > current.lowest_sequence \
+                and header.producer_epoch == current.epoch:
+            return Verdict.OUT_OF_ORDER
+        if self._ongoing(header.producer_id, header.producer_epoch):
+            return None
+        if guard is None or current is not guard:
+            return Verdict.UNVERIFIED
+        return None
+
     def record(self, header: BatchHeader, base_offset: int, log_append_time_ms: int = -1) -> None:
         """Remember a batch that was appended at `base_offset`."""
         if header.producer_id < 0:
             return
+        if self._verifying:
+            self._verifying.pop(header.producer_id, None)
         if header.is_transactional and header.producer_id not in self._open:
             self._open[header.producer_id] = base_offset
         entry = self._producers.get(header.producer_id)
@@ -208,3 +289,4 @@ class ProducerStates:
     def forget_all(self) -> None:
         self._producers.clear()
         self._open.clear()
+        self._verifying.clear()

@@ -49,6 +49,7 @@ from appliance.workers.transactions.txn_log import (
     record,
     replay,
 )
+from appliance.workers.transactions.verification import TxnVerifier
 from klog.protocol.error_codes import ErrorCode
 from klog.protocol.records import build_batch
 
@@ -68,6 +69,7 @@ class TransactionCoordinator:
         self.loading: dict[int, tuple[int, asyncio.Future]] = {}
         self.completing: dict[str, asyncio.Task] = {}  # ids whose markers are being sent
         self.markers = MarkerSender(worker, security)
+        self.verifier = TxnVerifier(worker, security)  # KIP-890: a leader's questions
         self.compaction = TxnCompaction(self)
         self.running = False
         self._task: asyncio.Task | None = None
@@ -391,6 +393,7 @@ class TransactionCoordinator:
         for _, task in self.loading.values():
             task.cancel()
         self.markers.close()
+        self.verifier.close()
 
     async def _sweep(self) -> None:
         while True:
