@@ -429,8 +429,10 @@ def test_bodies_that_do_not_decode(appliance, committed):
     finally:
         for bystander in bystanders:
             bystander.close()
-    # the APIs with a top-level error code answer it; the others' connections are closed
-    assert answered == {"AddOffsetsToTxn", "EndTxn", "InitProducerId", "ListTransactions"}
+    # the APIs with a top-level error code answer it (AddPartitionsToTxn at v4+, KIP-890's
+    # broker form); the others' connections are closed
+    assert answered == {"AddOffsetsToTxn", "AddPartitionsToTxn", "EndTxn", "InitProducerId",
+                        "ListTransactions"}
     open_txn.commit_transaction(20)
     committed.values.append("open-during-garbage")
     committed.still_serving("frames")
