@@ -10,7 +10,8 @@ How it travels: AddPartitionsToTxn v4 with ``verify_only`` to the leader of the 
 of ``__transaction_state``, over the inter-broker listener with its TLS and SASL, on one
 connection per coordinator node (`ReplicaLink`, as the markers go). One request per node is in
 flight; the questions that arrive meanwhile (any transactional ids) wait and leave together in
-the next one, so a busy leader sends one request per round trip, not one per produce. A
+the next one, so a busy leader sends one request per round trip, not one per produce (two
+questions of one producer merge: see `_ask`). A
 coordinator that is this very worker is asked in-process (the same answer, without the hop).
 
 What a question can come back with, as Kafka maps it (the produce handler maps further,
@@ -72,8 +73,25 @@ def _partition_code(code: int) -> ErrorCode:
 
 @dataclass
 class _Question:
+    """One transactional id's question in a node's next request, and the produces waiting on
+    it (each with the partitions it asked about)."""
+
     transaction: api.AddPartitionsToTxnTransaction
-    answer: asyncio.Future
+    waiters: list[tuple[set, asyncio.Future]] = field(default_factory=list)
+
+    def merge(self, partitions: Partitions) -> None:
+        topics = {t.name: t for t in self.transaction.topics}
+        for name, index in partitions:
+            topic = topics.get(name)
+            if topic is None:
+                topic = topics[name] = api.AddPartitionsToTxnTopic(name=name, partitions=[])
+                self.transaction.topics.append(topic)
+            if index not in topic.partitions:
+                topic.partitions.append(index)
+
+    def settle(self, errors: Errors) -> None:
+        for keys, future in self.waiters:
+            _settle(future, {k: c for k, c in errors.items() if k in keys})
 
 
 @dataclass
@@ -131,19 +149,29 @@ class TxnVerifier:
         return {p: _partition_code(c) for p, c in errors.items() if c != ErrorCode.NONE}
 
     async def _ask(self, node, transaction) -> Errors:
-        """Queue the question for ``node``'s next request (Kafka's rules for a second question
-        of the same id: the older epoch's is answered INVALID_PRODUCER_EPOCH, the same epoch's
-        earlier one NETWORK_EXCEPTION, so its producer retries)."""
+        """Queue the question for ``node``'s next request. A second question of the same id
+        waiting there: an older epoch's is answered INVALID_PRODUCER_EPOCH (Kafka's rule);
+        the same epoch's partitions join the waiting one and both are answered by it (Kafka
+        answers the earlier NETWORK_EXCEPTION, which makes its producer retry after a
+        backoff: librdkafka's produce requests of two partitions of one transaction, a few
+        ms apart, then cost each transaction 100 ms)."""
         queue = self.nodes[node.node_id]
         answer = asyncio.get_running_loop().create_future()
+        keys = set(_all(transaction, ErrorCode.NONE))
         earlier = queue.waiting.get(transaction.transactional_id)
         if earlier is not None:
             if earlier.transaction.producer_epoch > transaction.producer_epoch:
                 return _all(transaction, ErrorCode.INVALID_PRODUCER_EPOCH)
+            if earlier.transaction.producer_epoch == transaction.producer_epoch and \
+                    earlier.transaction.producer_id == transaction.producer_id:
+                earlier.merge(sorted(keys))
+                earlier.waiters.append((keys, answer))
+                return await answer
             code = (ErrorCode.NETWORK_EXCEPTION if earlier.transaction.producer_epoch
                     == transaction.producer_epoch else ErrorCode.INVALID_PRODUCER_EPOCH)
-            _settle(earlier.answer, _all(earlier.transaction, code))
-        queue.waiting[transaction.transactional_id] = _Question(transaction, answer)
+            earlier.settle(_all(earlier.transaction, code))
+        question = queue.waiting[transaction.transactional_id] = _Question(transaction)
+        question.waiters.append((keys, answer))
         if not queue.sending:
             queue.sending = True
             asyncio.ensure_future(self._send_while_waiting(node, queue))
@@ -155,12 +183,11 @@ class TxnVerifier:
                 questions, queue.waiting = queue.waiting, {}
                 answers = await self._send(node, [q.transaction for q in questions.values()])
                 for transactional_id, question in questions.items():
-                    _settle(question.answer, answers.get(transactional_id, {}))
+                    question.settle(answers.get(transactional_id, {}))
         except Exception:
             log.exception("verifying transactions with node %d failed", node.node_id)
             for question in queue.waiting.values():
-                _settle(question.answer, _all(question.transaction,
-                                              ErrorCode.NETWORK_EXCEPTION))
+                question.settle(_all(question.transaction, ErrorCode.NETWORK_EXCEPTION))
             queue.waiting = {}
         finally:
             queue.sending = False
