@@ -20,7 +20,7 @@ from types import ModuleType
 from typing import Any
 
 from klog.errors import KlogError, raise_for
-from klog.protocol.apis import API_BY_KEY
+from klog.protocol.apis import API_BY_KEY, add_partitions_to_txn
 
 ANY_NODE = None
 
@@ -40,15 +40,21 @@ class Outgoing:
         return body() if isinstance(body, Callable) else body  # type: ignore[arg-type]
 
 
+# APIs whose newer versions only brokers send (a module's CLIENT_MAX_VERSION): a client
+# stays below, as Kafka's own (AddPartitionsToTxn v4+ is KIP-890's broker-to-broker form)
+CLIENT_MAX = {add_partitions_to_txn.KEY: add_partitions_to_txn.CLIENT_MAX_VERSION}
+
+
 def choose_versions(answer: Any, broker: str) -> dict[int, int]:
-    """From an ApiVersions answer: the highest version of each API both sides speak."""
+    """From an ApiVersions answer: the highest version of each API both sides speak (a
+    client's, never a broker-only version)."""
     raise_for(answer.error_code, broker=broker)
     theirs = {a.api_key: (a.min_version, a.max_version) for a in answer.api_keys}
     chosen = {}
     for key, spec in API_BY_KEY.items():
         if key in theirs:
             low = max(spec.served[0], theirs[key][0])
-            high = min(spec.served[1], theirs[key][1])
+            high = min(spec.served[1], theirs[key][1], CLIENT_MAX.get(key, spec.served[1]))
             if low <= high:
                 chosen[key] = high
     return chosen

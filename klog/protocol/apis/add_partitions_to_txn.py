@@ -16,6 +16,7 @@ from klog.protocol.schema import Field, Message, Struct
 
 KEY = 24
 FIRST_BROKER_VERSION = 4
+CLIENT_MAX_VERSION = 3  # "versions 3 and below will be exclusively used by clients"
 
 
 class AddPartitionsToTxnTopic(Struct):
