@@ -293,3 +293,67 @@ def test_with_verification_off_the_batch_hangs_as_before(tmp_path_factory):
         finally:
             client.close()
             target.close()
+
+
+def test_two_pipelined_produces_of_one_transaction_are_verified_together(appliance, new_topic):
+    """Two requests of one producer, for two partitions led by one worker, sent back to back
+    (librdkafka sends a transaction's partitions a few ms apart): both questions wait for the
+    coordinator together and both batches are appended."""
+    topic = new_topic(partitions=4)
+    leaders = {p: leader_port(appliance, topic, p) for p in range(4)}
+    port = leaders[0]
+    same = [p for p, leader in leaders.items() if leader == port][:2]
+    assert len(same) == 2, leaders
+    txn_id = remote_id(appliance, topic, "pipelined")
+    client, (pid, epoch) = begun(appliance, txn_id)
+    leader = RawClient(port)
+    try:
+        assert add_partitions(client, txn_id, pid, epoch, {topic: same}) == {
+            (topic, p): E.NONE for p in same}
+        for p in same:
+            batch = build_batch([(int(time.time() * 1000), None, b"v", ())], producer_id=pid,
+                                producer_epoch=epoch, base_sequence=0, is_transactional=True)
+            leader.send(produce, 8, transactional_id=txn_id, acks=-1, timeout_ms=10_000,
+                        topic_data=[produce.TopicProduceData(name=topic, partition_data=[
+                            produce.PartitionProduceData(index=p, records=batch)])])
+        answers = [leader.receive().responses[0].partition_responses[0] for _ in same]
+        assert [E(a.error_code) for a in answers] == [E.NONE, E.NONE]
+        assert end(client, txn_id, pid, epoch, commit=True) == E.NONE
+    finally:
+        leader.close()
+        client.close()
+
+
+# -- the partition's side, pure ---------------------------------------------------------------
+
+def header(producer_id=7, epoch=0, sequence=0, transactional=True):
+    from klog.protocol.record_batch import read_header
+
+    return read_header(build_batch([(0, None, b"v", ())], producer_id=producer_id,
+                                   producer_epoch=epoch, base_sequence=sequence,
+                                   is_transactional=transactional))
+
+
+def test_a_marker_between_the_question_and_the_append_voids_the_guard():
+    from appliance.workers.replication.producer_state import ProducerStates, Verdict
+
+    states = ProducerStates()
+    first = header()
+    assert states.needs_verification(first)
+    assert not states.needs_verification(header(transactional=False))
+    guard = states.start_verification(first)
+    assert states.check(first, None)[0] is Verdict.UNVERIFIED  # nothing presented
+    assert states.check(first, guard)[0] is Verdict.APPEND
+    assert states.check(header(sequence=3), guard)[0] is Verdict.OUT_OF_ORDER  # above lowest
+    assert states.check(first, False)[0] is Verdict.APPEND  # verification off
+    states.record_marker(7, 0, False, 0, offset=0)  # an abort landed meanwhile
+    assert states.check(first, guard)[0] is Verdict.UNVERIFIED
+    # once a verified batch opened the transaction, its next batches need none
+    guard = states.start_verification(first)
+    states.record(first, 1)
+    assert not states.needs_verification(header(sequence=1))
+    assert states.check(header(sequence=1), None)[0] is Verdict.APPEND
+    # a marker of a bumped epoch (a fence): the old epoch is refused without a question
+    states.record_marker(7, 1, False, 0, offset=2)
+    assert not states.needs_verification(header(sequence=2))
+    assert states.check(header(sequence=2), None)[0] is Verdict.FENCED
