@@ -38,6 +38,10 @@ from klog.protocol.record_batch import CODEC_ZSTD, HEADER_BYTES, read_header
 
 API_KEY = produce.SPEC.key
 ZSTD_MIN_VERSION = 7
+# what a request that verifies nothing presents (shared, never changed): with verification
+# on, a transactional batch that would start a transaction is refused without a guard
+UNVERIFIED = Checks(default=None)
+VERIFICATION_OFF = Checks(default=False)
 
 
 def _partition_response(index, error, base_offset=-1, append_time=-1, log_start=-1,
@@ -94,7 +98,7 @@ def handle(worker: HandlerContext, request):
     txn_denied = body.transactional_id is not None and not access.allowed(
         worker, request, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id)
     verifying = worker.config.transaction_partition_verification_enable
-    checks = Checks(default=None if verifying else False)
+    checks = UNVERIFIED if verifying else VERIFICATION_OFF
     if verifying and body.transactional_id is not None and not txn_denied \
             and body.acks in (0, 1, -1):
         pending = leader_checks.to_verify(worker, body, denied)
