@@ -60,9 +60,10 @@ def _append_one(worker, topic, partition_data, body, version, now_ms, checks: Ch
     """The partition's answer, and the future acks=all waits on (None: nothing to wait)."""
     records = partition_data.records
     index = partition_data.index
-    refused = checks.refused.get((topic, index))
-    if refused is not None:
-        return _partition_response(index, refused[0], message=refused[1]), None
+    if checks.refused:  # KIP-890: some partition of this request was refused
+        refused = checks.refused.get((topic, index))
+        if refused is not None:
+            return _partition_response(index, refused[0], message=refused[1]), None
     if records is not None and version < ZSTD_MIN_VERSION and _uses_zstd(records):
         return _partition_response(index, ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
                                    message="zstd needs Produce v7 or later"), None
@@ -74,7 +75,7 @@ def _append_one(worker, topic, partition_data, body, version, now_ms, checks: Ch
         return _partition_response(index, worker.absent_partition_error(topic, index)), None
     outcome = worker.partitions.get(topic, index).append_as_leader(
         records, now_ms=now_ms, required_acks=body.acks, timeout_ms=body.timeout_ms,
-        guard=checks.guard((topic, index)))
+        guard=checks.guard((topic, index)) if checks.guards else checks.default)
     return _partition_response(index, outcome.error, outcome.base_offset,
                                outcome.log_append_time_ms, outcome.log_start_offset,
                                outcome.message), outcome.committed
