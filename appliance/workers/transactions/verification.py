@@ -62,8 +62,15 @@ def produce_error(code: ErrorCode) -> tuple[ErrorCode, str | None]:
     return code, None
 
 
+def _code(code: int) -> ErrorCode:
+    try:
+        return ErrorCode(code)
+    except ValueError:  # a code this klog does not know
+        return ErrorCode.UNKNOWN_SERVER_ERROR
+
+
 def _partition_code(code: int) -> ErrorCode:
-    code = ErrorCode(code)
+    code = _code(code)
     if code == ErrorCode.PRODUCER_FENCED:
         return ErrorCode.INVALID_PRODUCER_EPOCH
     if code == ErrorCode.TRANSACTION_ABORTABLE:
@@ -178,17 +185,20 @@ class TxnVerifier:
         return await answer
 
     async def _send_while_waiting(self, node, queue: _Node) -> None:
+        """Send what waits for ``node``, request after request, until nothing does; every
+        question taken is answered, whatever happens (a produce must never wait for ever)."""
         try:
             while queue.waiting:
                 questions, queue.waiting = queue.waiting, {}
-                answers = await self._send(node, [q.transaction for q in questions.values()])
+                try:
+                    answers = await self._send(node, [q.transaction for q in
+                                                      questions.values()])
+                except Exception:
+                    log.exception("verifying transactions with node %d failed", node.node_id)
+                    answers = {t: _all(q.transaction, ErrorCode.NETWORK_EXCEPTION)
+                               for t, q in questions.items()}
                 for transactional_id, question in questions.items():
                     question.settle(answers.get(transactional_id, {}))
-        except Exception:
-            log.exception("verifying transactions with node %d failed", node.node_id)
-            for question in queue.waiting.values():
-                question.settle(_all(question.transaction, ErrorCode.NETWORK_EXCEPTION))
-            queue.waiting = {}
         finally:
             queue.sending = False
 
@@ -212,7 +222,7 @@ class TxnVerifier:
             return {t.transactional_id: _all(t, ErrorCode.NETWORK_EXCEPTION)
                     for t in transactions}
         self.sent += 1
-        top = ErrorCode(answer.error_code)
+        top = _code(answer.error_code)
         if top == ErrorCode.UNSUPPORTED_VERSION:
             log.warning("coordinator node %d does not serve AddPartitionsToTxn v%d: "
                         "transactional batches are appended unverified", node.node_id, VERSION)
