@@ -18,6 +18,7 @@ import ssl
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
@@ -178,15 +179,22 @@ def refusal(config: dict) -> list:
 
 
 def test_clients_without_the_right_credentials_or_ca_get_nothing(secured):
-    # plaintext on the SASL_SSL port: the TLS server never answers a Kafka request
-    refusal({"bootstrap.servers": secured.bootstrap})
-    # a wrong password, an unknown user: SASL_AUTHENTICATION_FAILED, then the connection closes
-    for user, password in (("alice", "not-alice-pw"), ("mallory", "whatever")):
-        errors = refusal(secured.client(user, password))
-        assert any(e.code() == KafkaError._AUTHENTICATION for e in errors), errors
-    # TLS without the fleet's CA: the client refuses the appliances' certificates
-    errors = refusal(secured.client("alice", **{"ssl.ca.location": "probe"}))
-    assert errors
+    clients = {
+        # plaintext on the SASL_SSL port: the TLS server never answers a Kafka request
+        "plaintext": {"bootstrap.servers": secured.bootstrap},
+        # a wrong password, an unknown user: SASL_AUTHENTICATION_FAILED, then the connection
+        # closes
+        "wrong password": secured.client("alice", "not-alice-pw"),
+        "unknown user": secured.client("mallory", "whatever"),
+        # TLS without the fleet's CA: the client refuses the appliances' certificates
+        "no CA": secured.client("alice", **{"ssl.ca.location": "probe"}),
+    }
+    # each refusal is a wait of its own (the listing's timeout): side by side, not in turn
+    with ThreadPoolExecutor(len(clients)) as pool:
+        errors = dict(zip(clients, pool.map(refusal, clients.values())))
+    for what in ("wrong password", "unknown user"):
+        assert any(e.code() == KafkaError._AUTHENTICATION for e in errors[what]), errors[what]
+    assert errors["no CA"]
 
 
 def test_zookeeper_without_klogs_digest_cannot_change_klogs_znodes(secured):
