@@ -225,9 +225,22 @@ class SteadyProducer(threading.Thread):
                                   "message.timeout.ms": 300_000})
         self.topic = topic
         self.sent = 0
+        self.last_acked = -1
 
     def _delivered(self, error, message):
-        (self.errors.append(error) if error else self.acked.add(int(message.value())))
+        if error:
+            self.errors.append(error)
+        else:
+            self.acked.add(int(message.value()))
+            self.last_acked = max(self.last_acked, int(message.value()))
+
+    def wait_acked_beyond(self, value: int, timeout_s: float = 120) -> None:
+        """Until a value sent after `value` is acknowledged: the stream flows."""
+        deadline = time.monotonic() + timeout_s
+        while self.last_acked <= value:
+            assert time.monotonic() < deadline, f"nothing sent after {value} was acknowledged"
+            assert not self.errors, self.errors[:5]
+            time.sleep(0.1)
 
     def run(self):
         while not self.stopping.is_set():
@@ -259,13 +272,14 @@ def test_a_new_wheel_rolls_through_the_fleet_host_by_host_without_loss(deployed,
     producer = SteadyProducer(deployed.bootstrap, "rolling")
     producer.start()
     try:
-        time.sleep(3)
+        # the roll starts on a stream that flows, and the stream flows on after it
+        producer.wait_acked_beyond(-1)
         # a zoo.cfg change in the same run: the ensemble restarts one server at a time too
         rolled = run_playbook(deployed.inventory, deployed.log, *deployed.wheels,
                               "-e", f"klog_wheels_source={source}",
                               "-e", '{"zookeeper_extra_config": {"autopurge.purgeInterval": 1}}')
         FIGURES["rolling upgrade of three hosts (s)"] = rolled.seconds
-        time.sleep(3)
+        producer.wait_acked_beyond(producer.sent)
     finally:
         producer.stopping.set()
         producer.join(360)
