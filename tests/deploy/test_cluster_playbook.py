@@ -2,8 +2,9 @@
 
 The hosts boot once for tests/deploy (conftest.py); this module wipes them, the playbook
 deploys ZooKeeper and an appliance on each (in plaintext), and the tests then use the fleet
-from outside the hosts with real Kafka clients, kill an appliance under systemd, run the
-playbook again, and roll a new klog wheel through the fleet.
+from outside the hosts with real Kafka clients, kill an appliance under systemd, and roll a
+new klog wheel through the fleet. The second run and --check are the secured fleet's
+(test_secured_playbook.py, which deploys before this module): the same tasks and more.
 Topics have three replicas (one per appliance) and min.insync.replicas=2, so the kill and the
 roll are survived by failover: the playbook restarts a host only once no partition of the fleet
 is under-replicated, and producers (idempotent, acks=all) retry through the leader moves.
@@ -24,7 +25,7 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.conftest import REPO
-from tests.deploy.playbook import FIGURES, PROPERTIES, inventory, run_playbook, wipe
+from tests.deploy.playbook import FIGURES, inventory, run_playbook, wipe
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow, pytest.mark.timeout(1200)]
 
@@ -182,31 +183,6 @@ def test_systemd_restarts_a_killed_appliance_and_nothing_acknowledged_is_lost(de
     # Type=notify: active means every worker serves again; the killed data is all there
     acked |= produce(deployed.bootstrap, "killed", range(3000, 4000))
     assert read_group(deployed.bootstrap, "killed", "after-kill", acked) == acked
-
-
-def test_a_second_run_changes_a_setting_on_one_host_only_and_check_mode_agrees(deployed):
-    """The second run carries one host's changed setting: exactly that host's server.properties
-    and its restart change (changed=2), so every other task, on every host, is idempotent; a
-    run without the change would repeat the same tasks and prove nothing more."""
-    pids = {h.name: deployed.unit(h, "MainPID")["MainPID"] for h in deployed.fleet.hosts}
-    text = deployed.inventory.read_text()
-    # a host's own klog_appliance_properties replace the fleet's: repeat them, plus one key
-    own = ", ".join(f"{k}: {v}" for k, v in {**PROPERTIES, "log.retention.hours": 72}.items())
-    deployed.inventory.write_text(text.replace(
-        "klog_appliance_broker_id: 3,",
-        f"klog_appliance_broker_id: 3, klog_appliance_properties: {{{own}}},"))
-    changed = run_playbook(deployed.inventory, deployed.log, *deployed.wheels)
-    FIGURES["second run, one setting changed (s)"] = changed.seconds
-    assert changed.changed == {"localhost": 0, "h1": 0, "h2": 0, "h3": 2}, changed.output[-3000:]
-    assert "log.retention.hours=72" in deployed.ssh(deployed.fleet.hosts[2],
-                                                    "cat /etc/klog/server.properties")
-    after = {h.name: deployed.unit(h, "MainPID")["MainPID"] for h in deployed.fleet.hosts}
-    assert after["h1"] == pids["h1"] and after["h2"] == pids["h2"]
-    assert after["h3"] != pids["h3"], "the handler did not restart h3's appliance"
-    assert len(deployed.cluster_status()["appliances"]["3"]["nodes"]) == 1
-    check = run_playbook(deployed.inventory, deployed.log, *deployed.wheels, "--check")
-    FIGURES["--check run (s)"] = check.seconds
-    assert check.changed == {"localhost": 0, "h1": 0, "h2": 0, "h3": 0}, check.output[-3000:]
 
 
 class SteadyProducer(threading.Thread):
