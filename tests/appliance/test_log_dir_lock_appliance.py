@@ -152,6 +152,7 @@ def test_a_crashed_worker_is_restarted_holds_the_locks_and_tools_work_meanwhile(
         appliance.log_dirs[1].glob("again-*/*.log"))
     assert klog("dump-log", str(segment)).returncode == 0
     assert klog("users", "list", "--config", str(appliance.config)).returncode == 0
+    assert klog("acls", "list", "--config", str(appliance.config)).returncode == 0
     assert klog("status", "--config", str(appliance.config), "--interval", "0").returncode == 0
 
     assert appliance.stop() == 0
