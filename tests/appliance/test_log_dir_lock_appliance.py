@@ -20,7 +20,7 @@ from appliance.log_dir_lock import LOCK_FILE, try_lock
 from appliance.shm.appliance_region import region_name_for
 from tests.appliance.test_supervisor import _alive, produce_acked, read_everything, shm_names
 from tests.cli.test_appliance_cli import klog
-from tests.conftest import Appliance
+from tests.conftest import Appliance, free_port
 from tests.interop.helpers import create_topic
 
 pytestmark = pytest.mark.slow
@@ -158,6 +158,19 @@ def test_a_crashed_worker_is_restarted_holds_the_locks_and_tools_work_meanwhile(
     assert appliance.stop() == 0
     for log_dir in appliance.log_dirs:
         assert (log_dir / LOCK_FILE).exists(), "the lock file stays, as Kafka's"
+        fd = try_lock(log_dir)
+        assert fd is not None, f"{log_dir} still locked after a clean stop"
+        os.close(fd)
+
+
+def test_workers_forked_by_the_fork_server_hold_the_locks_too(appliance_factory):
+    """With a thread in the supervisor (the metrics endpoint here, kazoo in a fleet) workers
+    come from the fork server: it inherits the locks and passes them on."""
+    appliance = appliance_factory(log_dirs=2, settings={"metrics.port": free_port()})
+    for pid in (appliance.process.pid, *appliance.pids().values()):
+        assert all(holds_lock_of(pid, d) for d in appliance.log_dirs), pid
+    assert appliance.stop() == 0
+    for log_dir in appliance.log_dirs:
         fd = try_lock(log_dir)
         assert fd is not None, f"{log_dir} still locked after a clean stop"
         os.close(fd)
