@@ -115,7 +115,8 @@ def _lock_one(log_dir: Path, started: float, wait_s: float, poll_s: float) -> in
 
 
 def try_lock(log_dir: Path) -> int | None:
-    """The descriptor holding `log_dir`'s lock, or None if another open file holds it."""
+    """The descriptor holding `log_dir`'s lock, or None if another open file holds it.
+    Raises OSError (naming the file) if it cannot be created or locked at all."""
     path = Path(log_dir) / LOCK_FILE
     while True:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
@@ -124,6 +125,9 @@ def try_lock(log_dir: Path) -> int | None:
         except BlockingIOError:
             os.close(fd)
             return None
+        except OSError as exc:  # e.g. a file system without flock: say which file
+            os.close(fd)
+            raise OSError(exc.errno, f"cannot lock {path}: {exc.strerror}") from None
         except BaseException:
             os.close(fd)
             raise
