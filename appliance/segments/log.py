@@ -245,8 +245,9 @@ class PartitionLog:
 
         ``assign_offsets=False``, a follower's append: the leader's batches as they are,
         offsets, timestamps and leader epochs kept. Each must continue the log exactly (its
-        base offset is the log end, then each batch follows the previous one), otherwise
-        CorruptRecordError and nothing is written. A batch opening a newer leader epoch adds
+        base offset is at or past the log end, then each batch follows the previous one,
+        skipping the offsets the leader's cleaner removed), otherwise CorruptRecordError and
+        nothing is written. A batch opening a newer leader epoch adds
         it to the leader-epoch cache first. The high watermark is not moved: the leader's fetch
         responses move it (:meth:`set_high_watermark`). ``leader_epoch`` must be None
         (ValueError).
@@ -261,27 +262,29 @@ class PartitionLog:
         config = self.config
         spans, record_count, offset_count = validate_append(
             view, path=self.directory, segment_bytes=config.segment_bytes,
-            max_message_bytes=config.max_message_bytes)
+            max_message_bytes=config.max_message_bytes, produced=assign_offsets)
         first = self._log_end_offset
+        bases = None  # each batch's base offset when they skip offsets (a compacted leader's)
         if assign_offsets:
             append_time = now_ms if config.log_append_time else None
         else:
             if leader_epoch is not None:
                 raise ValueError(f"{self.directory}: a follower's append keeps the leader's "
                                  f"epochs; leader_epoch must be None, not {leader_epoch}")
-            self._check_continues(view, spans, first)
+            bases = self._check_continues(view, spans, first)
             append_time = None
         segment = self.segments.active
         if policy.roll_reason(
             size_bytes=segment.size, append_bytes=len(view), now_ms=now_ms,
             rolling_base_ms=segment.rolling_base_ms, index_full=segment.index_full,
-            relative_last_offset=first + offset_count - 1 - segment.base_offset,
+            relative_last_offset=(first + offset_count if bases is None else
+                                  bases[-1] + spans[-1][2] + 1) - 1 - segment.base_offset,
             segment_bytes=config.segment_bytes, segment_ms=config.segment_ms,
         ):
             segment = self._roll(now_ms)
         try:
             segment.append(view, spans, first, append_time_ms=append_time,
-                           leader_epoch=leader_epoch)
+                           leader_epoch=leader_epoch, base_offsets=bases)
         except OSError as exc:
             with contextlib.suppress(OSError):  # best effort: recovery would cut them anyway
                 segment.discard_tail(segment.size, segment.size + len(view))
@@ -296,22 +299,29 @@ class PartitionLog:
                           -1 if append_time is None else append_time,
                           record_count, len(spans), self._log_start_offset)
 
-    def _check_continues(self, view: memoryview, spans: list, first: int) -> None:
-        """A follower's batches must continue the log from ``first``, batch after batch
-        (CorruptRecordError naming the batch otherwise); a batch opening a newer leader epoch
+    def _check_continues(self, view: memoryview, spans: list, first: int) -> list[int] | None:
+        """A follower's batches must continue the log from ``first``, batch after batch, with
+        growing offsets (Kafka's rule: a compacted leader skips offsets; CorruptRecordError
+        naming the batch otherwise); returns their base offsets when they skip any (None:
+        contiguous from ``first``). A batch opening a newer leader epoch
         is assigned in the leader-epoch cache (StorageError if its checkpoint cannot be
         written). Per batch: one header read."""
         expected = first
+        bases, gaps = [], False
         for rel, _, delta, _ in spans:
             header = rb.read_header(view[rel:])
-            if header.base_offset != expected:
+            if header.base_offset < expected:
                 raise CorruptRecordError(
                     f"replicated batch at offset {header.base_offset} does not continue the "
                     f"log, which ends at {expected}", path=self.directory, position=rel)
+            gaps = gaps or header.base_offset != expected
+            bases.append(header.base_offset)
             if header.partition_leader_epoch > self.leader_epochs.latest_epoch:
                 with storage_errors(self.directory, "write the leader-epoch checkpoint in"):
-                    self.leader_epochs.assign(header.partition_leader_epoch, expected)
-            expected += delta + 1
+                    self.leader_epochs.assign(header.partition_leader_epoch,
+                                              header.base_offset)
+            expected = header.base_offset + delta + 1
+        return bases if gaps else None
 
     # -- replication: leader epochs and the high watermark ------------------------------------
 
