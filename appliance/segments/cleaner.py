@@ -15,14 +15,22 @@ Every record that survives keeps its offset, and every batch its producer id, ep
 sequence, timestamps and leader epoch (``batch_filter.py``). The active segment and
 everything from the first unstable offset on are never read.
 
+A truncation of the log while a job runs (a follower's) would make its cleaned segments
+wrong: ``PartitionLog.truncate_to`` counts truncations and removes any ``.swap`` under the
+log's ``cleaning_lock``, and the job promotes its ``.cleaned`` files under the same lock only
+if no truncation happened since :func:`prepare`; otherwise it stops with CleaningAborted, as
+it does when ``job.cancelled`` is set (the worker stopping).
+
 What can fail: CorruptRecordError (a batch that fails its CRC or does not parse: the job
-stops, nothing is swapped in, the log is as it was), StorageError.
+stops, nothing is swapped in, the log is as it was), CleaningAborted, StorageError.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -35,7 +43,7 @@ from . import cleaning_plan, cleaning_swap, faults, txn_index
 from .batch_filter import Retention, filter_batch, is_commit
 from .config import LogConfig
 from .errors import CorruptRecordError, storage_errors
-from .layout import TXN_INDEX_SUFFIX, fsync_directory, segment_path
+from .layout import TXN_INDEX_SUFFIX, segment_path
 from .offset_map import OffsetMap
 from .segment import LogSegment
 from .segment_repair import recover_segment
@@ -43,6 +51,11 @@ from .txn_cleaning import CleanedTransactions
 from .txn_index import AbortedTxn
 
 MIB = 1024 * 1024
+YIELD_EVERY_S = 0.001  # the cleaner's thread lets the event loop run at least this often
+
+
+class CleaningAborted(Exception):  # noqa: N818 - Kafka's name: LogCleaningAbortedException
+    """The job stopped on purpose: the log was truncated meanwhile, or the worker stops."""
 
 
 @dataclass(frozen=True)
@@ -72,6 +85,14 @@ class CleaningJob:
     aborted: list[AbortedTxn]
     last_batch_of_producer: dict[int, int]
     now_ms: int
+    owner: object = None  # the PartitionLog: its cleaning_lock and truncations
+    truncations: int = 0  # the owner's count when the job was prepared
+    cancelled: threading.Event = field(default_factory=threading.Event)
+
+    def check(self) -> None:
+        """Raise CleaningAborted when the job was cancelled."""
+        if self.cancelled.is_set():
+            raise CleaningAborted(f"{self.directory}: cleaning cancelled")
 
 
 class PreparedSwap(NamedTuple):
@@ -138,13 +159,14 @@ def prepare(plog, *, checkpoint: int | None, now_ms: int,
         _close(sources)
         raise
     return CleaningJob(plog.directory, config, range_, sources, aborted,
-                       dict(last_batch_of_producer or {}), now_ms)
+                       dict(last_batch_of_producer or {}), now_ms, owner=plog,
+                       truncations=plog.truncations)
 
 
 def run(job: CleaningJob, settings: CleanerSettings) -> CleaningResult:
     """Map, then rewrite into ``.swap`` files (any thread; see the module docstring).
-    Raises CorruptRecordError, StorageError; the job's descriptors are closed either way and
-    no ``.cleaned`` or ``.swap`` file is left behind by a failure."""
+    Raises CorruptRecordError, CleaningAborted, StorageError; the job's descriptors are
+    closed either way and no ``.cleaned`` or ``.swap`` file is left behind by a failure."""
     result = CleaningResult(job.directory)
     try:
         offset_map = OffsetMap(settings.dedupe_buffer_bytes)
@@ -217,6 +239,7 @@ def _build_map(job: CleaningJob, offset_map: OffsetMap, settings: CleanerSetting
     for source in job.sources:
         if source.next_offset <= first_dirty:
             continue
+        job.check()
         for buf, pos, header in _batches(source, settings, result):
             if header.is_control:
                 txns.on_marker(header.last_offset, header.producer_id,
@@ -254,6 +277,7 @@ def _clean_group(job: CleaningJob, sources: list[Source], rules: Retention,
         with storage_errors(cleaned.path, "write"):
             out, batches = bytearray(), []
             for source in sources:
+                job.check()
                 for buf, pos, header in _batches(source, settings, result):
                     kept = filter_batch(buf, pos, header, rules)
                     if kept is None:
@@ -276,10 +300,23 @@ def _clean_group(job: CleaningJob, sources: list[Source], rules: Retention,
         raise
     cleaned.close()
     faults.point("cleaner.after_cleaned")
-    with storage_errors(job.directory, "promote a cleaned segment in"):
-        cleaning_swap.promote_cleaned(job.directory, base)
+    _promote(job, base)
     faults.point("cleaner.after_promote")
     return PreparedSwap(base, tuple((s.base_offset, s.size) for s in sources), cleaned.size)
+
+
+def _promote(job: CleaningJob, base: int) -> None:
+    """``.cleaned`` -> ``.swap``, unless the log was truncated or the job cancelled since it
+    was prepared (then the files go and CleaningAborted says why)."""
+    owner = job.owner
+    lock = owner.cleaning_lock if owner is not None else contextlib.nullcontext()
+    with lock:
+        if job.cancelled.is_set() or (owner is not None
+                                      and owner.truncations != job.truncations):
+            cleaning_swap.discard(job.directory, base)
+            raise CleaningAborted(f"{job.directory}: truncated or stopped while cleaning")
+        with storage_errors(job.directory, "promote a cleaned segment in"):
+            cleaning_swap.promote_cleaned(job.directory, base)
 
 
 def _write(cleaned: LogSegment, out: bytearray, batches: list, settings: CleanerSettings,
@@ -305,6 +342,7 @@ def _batches(source: Source, settings: CleanerSettings, result: CleaningResult):
     chunks of the io buffer size. Raises CorruptRecordError naming the file and position."""
     chunk = max(settings.io_buffer_bytes, rb.HEADER_BYTES)
     pos, buf, buf_start = 0, b"", 0
+    yielded_at = time.monotonic()
     while pos < source.size:
         off = pos - buf_start
         if off + rb.LOG_OVERHEAD > len(buf):
@@ -323,6 +361,10 @@ def _batches(source: Source, settings: CleanerSettings, result: CleaningResult):
             raise CorruptRecordError(str(exc), path=source.path, position=pos) from exc
         if faults.ARMED:
             faults.point("cleaner.batch")
+        now = time.monotonic()
+        if now >= yielded_at + YIELD_EVERY_S:  # hand the GIL to the event loop now rather
+            time.sleep(0)  # than at the interpreter's switch interval (5 ms)
+            yielded_at = now
         yield buf, off, header
         pos += total
 
@@ -379,4 +421,3 @@ def _swap_in(plog, group: list[LogSegment], swap: PreparedSwap, now_ms: int) -> 
     faults.point("cleaner.after_retire")
     with storage_errors(directory, "swap a cleaned segment into"):
         cleaning_swap.drop_swap_names(directory, swap.base_offset)
-        fsync_directory(directory)

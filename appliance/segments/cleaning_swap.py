@@ -77,6 +77,14 @@ def discard(directory: str, base: int) -> None:
                 os.unlink(path)
 
 
+def discard_all(directory: str) -> None:
+    """Remove every cleaned or decided swap of the log (a truncation made them wrong)."""
+    for name in os.listdir(directory):
+        if name.endswith((CLEANED, SWAP, LINK)):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(directory, name))
+
+
 def replace_live(directory: str, base: int) -> None:
     """Step 1: the swap's files over the live names of segment ``base`` (a live
     ``.txnindex`` the swap has none of is removed)."""

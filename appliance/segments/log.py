@@ -26,12 +26,13 @@ import contextlib
 import logging
 import os
 import shutil
+import threading
 from collections.abc import Iterator
 from typing import NamedTuple
 
 from klog.protocol import record_batch as rb
 
-from . import faults, log_reads, policy, retention, txn_index
+from . import cleaning_swap, faults, log_reads, policy, retention, txn_index
 from .attach import AttachPoint
 from .config import LONG_MAX, LogConfig
 from .errors import CorruptRecordError, LogClosedError, StorageError, storage_errors
@@ -105,6 +106,10 @@ class PartitionLog:
         # hold (0: no file to read). The producer state sets them; the log only applies them.
         self.first_unstable_offset: int | None = None
         self.aborted_txns = 0
+        # the log cleaner (cleaner.py): a job promotes its cleaned files under this lock only
+        # if no truncation happened since it started; truncations count here
+        self.cleaning_lock = threading.Lock()
+        self.truncations = 0
 
     @classmethod
     def open(cls, directory: str, config: LogConfig, *, now_ms: int, verify: str = "tail",
@@ -493,6 +498,7 @@ class PartitionLog:
         if offset < self._log_end_offset:
             raise ValueError(f"{self.directory}: restarting at {offset} would drop records "
                              f"below the log end {self._log_end_offset}: truncate instead")
+        self._abort_cleaning()
         with storage_errors(self.directory, "restart the log in"):
             retention.restart_at(self, offset, now_ms)
             self.leader_epochs.clear()
@@ -502,11 +508,21 @@ class PartitionLog:
         """Remove offsets >= ``offset`` (whole batches: the log end may land below ``offset``;
         for replication). Below every segment, empty the log and restart it at ``offset``.
         Returns the new log end offset. Raises StorageError."""
+        if offset < self._log_end_offset:
+            self._abort_cleaning()
         end = retention.truncate_to(self, offset, now_ms)
         if self._epochs is not None:
             with storage_errors(self.directory, "write the leader-epoch checkpoint in"):
                 self._epochs.truncate_from_end(end)
         return end
+
+    def _abort_cleaning(self) -> None:
+        """A truncation makes a cleaning in progress wrong: count it (the job will not promote
+        its files) and remove the swaps already decided, which recovery would install."""
+        with self.cleaning_lock:
+            self.truncations += 1
+            with storage_errors(self.directory, "remove cleaned segments of"):
+                cleaning_swap.discard_all(self.directory)
 
     def set_end_offsets(self, end: int) -> None:
         """After a truncation (retention.py): the log end, and what may not exceed it."""
