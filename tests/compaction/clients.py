@@ -19,7 +19,8 @@ def write_updates(bootstrap: str, topic: str, count: int, keys: int, *, seed: in
     as the delivery reports said."""
     rng = random.Random(seed)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5,
-                         "enable.idempotence": True, "batch.num.messages": 500})
+                         "enable.idempotence": True, "batch.num.messages": 500,
+                         "batch.size": 32768})
     written: dict[int, Record] = {}
     errors = []
 
