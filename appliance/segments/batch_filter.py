@@ -3,9 +3,12 @@
 A batch keeps what it was: its base offset, last offset delta (so a producer's sequence
 still ends where it did), base timestamp, attributes, producer id, epoch and base sequence,
 and partition leader epoch. Because base offset and base timestamp stay, each retained
-record's bytes are copied as they are (its deltas still hold); only the record count, the max
-timestamp (CreateTime: the retained records' largest) and the CRC are new, and a compressed
-batch is compressed again with its codec. A batch that keeps every record is copied whole.
+record is encoded again with its own deltas, headers and all (the same bytes: the encoding is
+canonical); only the record count, the max timestamp (CreateTime: the retained records'
+largest) and the CRC are new, and a compressed batch is compressed again with its codec. A
+batch that keeps every record is copied whole. Records are decoded and encoded by the
+compiled codec when it is built (``records_codec``: one C call per batch to decode), which
+is most of the cleaner's CPU.
 
 Which records stay (Kafka's ``shouldRetainRecord``): a record past what the offset map covers;
 a record whose key maps to its own offset or an earlier one (the key's latest); not a
@@ -25,8 +28,8 @@ from typing import NamedTuple
 
 from klog.protocol import record_batch as rb
 from klog.protocol.compression import compress
-from klog.protocol.record_spans import record_spans
 from klog.protocol.records import records_section
+from klog.protocol.records_codec import decode_records, encode_one
 
 from .offset_map import OffsetMap
 from .txn_cleaning import CleanedTransactions
@@ -57,48 +60,58 @@ def filter_batch(buf, pos: int, header: rb.BatchHeader, rules: Retention) -> byt
     if rules.transactions.on_batch(header.last_offset, header.producer_id,
                                    header.is_transactional):
         return _empty(header) if keep_header else None
-    data, start, end = records_section(buf, pos, header)
-    spans = record_spans(data, start, end, header.records_count)
-    kept = [s for s in spans if _retained(data, s, header, rules)]
-    if len(kept) == len(spans):
+    records = batch_records(buf, pos, header)
+    kept = [r for r in records if _retained(r, header, rules)]
+    if len(kept) == len(records):
         return whole
     if not kept:
         return _empty(header) if keep_header else None
-    return _rebuilt(header, data, kept)
+    return _rebuilt(header, kept)
 
 
-def _retained(data, span, header: rb.BatchHeader, rules: Retention) -> bool:
-    if span.key_start < 0:
+def batch_records(buf, pos: int, header: rb.BatchHeader) -> list:
+    """The records of the batch at ``pos``, timestamps as encoded (base + delta, also under
+    LogAppendTime). Raises CorruptBatchError."""
+    data, start, end = records_section(buf, pos, header)
+    return decode_records(data, start, end, header.records_count, header.base_offset,
+                          header.base_timestamp)
+
+
+def _retained(record, header: rb.BatchHeader, rules: Retention) -> bool:
+    key = record[2]
+    if key is None:
         return False
-    offset = header.base_offset + span.offset_delta
+    offset = record[0]
     offset_map = rules.offset_map
     if offset > offset_map.latest_offset:
         return True
-    latest = offset_map.get(bytes(data[span.key_start:span.key_end]))
-    if latest > offset:
+    if offset_map.offsets.get(key, -1) > offset:
         return False
-    if span.value_null:
-        timestamp = (header.max_timestamp if header.log_append_time
-                     else header.base_timestamp + span.timestamp_delta)
+    if record[3] is None:
+        timestamp = header.max_timestamp if header.log_append_time else record[1]
         return timestamp >= rules.delete_horizon_ms
     return True
 
 
 def is_commit(buf, pos: int, header: rb.BatchHeader) -> bool:
     """Whether the control batch at ``pos`` is a COMMIT marker (else ABORT or unknown)."""
-    data, start, end = records_section(buf, pos, header)
-    spans = record_spans(data, start, end, header.records_count)
-    if not spans or spans[0].key_start < 0 or spans[0].key_end - spans[0].key_start < 4:
-        return False
-    return _MARKER_TYPE.unpack_from(data, spans[0].key_start + 2)[0] == 1
+    records = batch_records(buf, pos, header)
+    key = records[0][2] if records else None
+    return key is not None and len(key) >= 4 and _MARKER_TYPE.unpack_from(key, 2)[0] == 1
 
 
-def _rebuilt(header: rb.BatchHeader, data, kept: list) -> bytes:
-    body = b"".join(data[s.start:s.end] for s in kept)
+def _rebuilt(header: rb.BatchHeader, kept: list) -> bytes:
+    base, base_ts = header.base_offset, header.base_timestamp
+    parts = []
+    for offset, timestamp, key, value, headers in kept:
+        prefix, body, _ = encode_one(offset - base, timestamp, base_ts, key, value, headers,
+                                     None)
+        parts += (prefix, body)
+    body = b"".join(parts)
     if header.codec:
         body = compress(header.codec, body)
     max_timestamp = header.max_timestamp if header.log_append_time else max(
-        header.base_timestamp + s.timestamp_delta for s in kept)
+        r[1] for r in kept)
     return _assemble(header, header.attributes, max_timestamp, len(kept), body)
 
 

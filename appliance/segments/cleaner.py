@@ -36,11 +36,9 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from klog.protocol import record_batch as rb
-from klog.protocol.record_spans import record_spans
-from klog.protocol.records import records_section
 
 from . import cleaning_plan, cleaning_swap, faults, txn_index
-from .batch_filter import Retention, filter_batch, is_commit
+from .batch_filter import Retention, batch_records, filter_batch, is_commit
 from .config import LogConfig
 from .errors import CorruptRecordError, storage_errors
 from .layout import TXN_INDEX_SUFFIX, segment_path
@@ -256,12 +254,11 @@ def _build_map(job: CleaningJob, offset_map: OffsetMap, settings: CleanerSetting
 
 def _map_batch(buf, pos: int, header: rb.BatchHeader, offset_map: OffsetMap,
                first_dirty: int) -> None:
-    data, start, end = records_section(buf, pos, header)
-    base = header.base_offset
-    for span in record_spans(data, start, end, header.records_count):
-        offset = base + span.offset_delta
-        if span.key_start >= 0 and offset >= first_dirty:
-            offset_map.put(bytes(data[span.key_start:span.key_end]), offset)
+    offsets = offset_map.offsets
+    for record in batch_records(buf, pos, header):
+        key = record[2]
+        if key is not None and record[0] >= first_dirty:
+            offsets[key] = record[0]
 
 
 # -- rewriting -------------------------------------------------------------------------------

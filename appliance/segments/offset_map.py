@@ -18,25 +18,27 @@ LOAD_FACTOR = 0.9  # Kafka's log.cleaner.io.buffer.load.factor default
 class OffsetMap:
     def __init__(self, buffer_bytes: int):
         self.capacity = max(1, int(buffer_bytes // ENTRY_BYTES * LOAD_FACTOR))
-        self._offsets: dict[bytes, int] = {}
+        # key -> offset; the cleaner's loops use the dict itself (a method call per record
+        # costs as much as the rest of the record's work)
+        self.offsets: dict[bytes, int] = {}
         self.latest_offset = -1  # the last offset mapped (-1: none)
 
     def __len__(self) -> int:
-        return len(self._offsets)
+        return len(self.offsets)
 
     def room_for(self, count: int) -> bool:
         """Whether ``count`` more keys fit (the cleaner asks before each batch)."""
-        return len(self._offsets) + count <= self.capacity
+        return len(self.offsets) + count <= self.capacity
 
     def put(self, key: bytes, offset: int) -> None:
-        self._offsets[key] = offset
+        self.offsets[key] = offset
         if offset > self.latest_offset:
             self.latest_offset = offset
 
     def get(self, key: bytes) -> int:
         """The latest offset of ``key``, -1 when it was not mapped."""
-        return self._offsets.get(key, -1)
+        return self.offsets.get(key, -1)
 
     def clear(self) -> None:
-        self._offsets.clear()
+        self.offsets.clear()
         self.latest_offset = -1

@@ -15,7 +15,7 @@ from appliance.workers.replication.context import ReplicaContext
 from appliance.workers.replication.partition import Partition
 from appliance.workers.replication.waiters import AppendWaiters
 from klog.protocol.error_codes import ErrorCode
-from klog.protocol.record_spans import keyless_batch_index
+from klog.protocol.record_keys import keyless_batch_index
 from klog.protocol.records import build_batch
 from tests.replication.test_partition import Control, Publications
 

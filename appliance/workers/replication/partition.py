@@ -49,7 +49,7 @@ from appliance.workers.replication.producer_state import ProducerStates, Verdict
 from appliance.workers.replication.role import Role
 from klog.protocol.error_codes import ErrorCode
 from klog.protocol.record_batch import CorruptBatchError, scan_batches
-from klog.protocol.record_spans import keyless_batch_index
+from klog.protocol.record_keys import keyless_batch_index
 
 log = logging.getLogger(__name__)
 
