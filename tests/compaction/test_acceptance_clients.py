@@ -183,3 +183,47 @@ def test_a_record_without_a_key_is_refused(appliance, written):
     producer.flush(10)
     assert outcome and outcome[0] is not None
     assert outcome[0].code() == KafkaError.INVALID_RECORD
+
+
+def test_aborted_transactions_are_cleaned_away(appliance, written):
+    topic = "txn-changelog"
+    _create(appliance.bootstrap, topic, {**CONFIGS, "segment.ms": "1000"})
+    producer = Producer({"bootstrap.servers": appliance.bootstrap,
+                         "transactional.id": "compaction-txn"})
+    producer.init_transactions(30)
+    for n in range(6):
+        producer.begin_transaction()
+        for i in range(50):
+            producer.produce(topic, key=f"k{i}".encode(), value=f"{n}-{i}".encode(),
+                             partition=0)
+        producer.flush(30)  # in the log before the marker (an abort would purge them unsent)
+        if n % 2:
+            producer.abort_transaction(30)
+        else:
+            producer.commit_transaction(30)
+    time.sleep(1.1)  # segment.ms: the next transaction's first append rolls
+    producer.begin_transaction()
+    last = []
+    producer.produce(topic, key=b"last", value=b"last", partition=0,
+                     on_delivery=lambda err, msg: last.append(msg.offset()))
+    producer.commit_transaction(30)
+    assert last and last[0] > 300  # six transactions of 50 and their markers before it
+    deadline = time.monotonic() + 30
+    while cleaner_checkpoint.read(appliance.log_dirs[0]).get((topic, 0), -1) < last[0]:
+        assert time.monotonic() < deadline, "the cleaner did not clean the transactions"
+        time.sleep(0.2)
+    for isolation in ("read_uncommitted", "read_committed"):
+        consumer = Consumer({"bootstrap.servers": appliance.bootstrap, "group.id": isolation,
+                             "isolation.level": isolation, "enable.partition.eof": True})
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        values = []
+        while True:
+            msg = consumer.poll(10)
+            assert msg is not None
+            if msg.error():
+                assert msg.error().code() == KafkaError._PARTITION_EOF
+                break
+            values.append(msg.value())
+        consumer.close()
+        # aborted data is gone from the log itself: even read_uncommitted sees none of it
+        assert values == [f"4-{i}".encode() for i in range(50)] + [b"last"], isolation
