@@ -28,6 +28,7 @@ stops, nothing is swapped in, the log is as it was), CleaningAborted, StorageErr
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import threading
 import time
@@ -268,7 +269,10 @@ def _clean_group(job: CleaningJob, sources: list[Source], rules: Retention,
                  settings: CleanerSettings, result: CleaningResult) -> PreparedSwap:
     base = sources[0].base_offset
     end = sources[-1].next_offset
-    cleaned = LogSegment.create(job.directory, base, job.config, now_ms=job.now_ms,
+    # preallocated to what the group holds (it can only shrink), not to segment.bytes
+    sized = dataclasses.replace(job.config, segment_bytes=max(sum(s.size for s in sources),
+                                                              4096))
+    cleaned = LogSegment.create(job.directory, base, sized, now_ms=job.now_ms,
                                 name_suffix=cleaning_swap.CLEANED)
     try:
         with storage_errors(cleaned.path, "write"):
