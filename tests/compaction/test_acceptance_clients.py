@@ -227,3 +227,40 @@ def test_aborted_transactions_are_cleaned_away(appliance, written):
         consumer.close()
         # aborted data is gone from the log itself: even read_uncommitted sees none of it
         assert values == [f"4-{i}".encode() for i in range(50)] + [b"last"], isolation
+
+
+def test_a_corrupt_batch_stops_cleaning_that_partition_which_keeps_serving(appliance, written):
+    topic = "corrupted"
+    _create(appliance.bootstrap, topic, {**CONFIGS, "segment.bytes": str(16 * 1024),
+                                         "min.cleanable.dirty.ratio": "0.9"})
+    first = write_updates(appliance.bootstrap, topic, 3_000, 50, seed=7)
+    directory = appliance.log_dirs[0] / f"{topic}-0"
+    victim = sorted(directory.glob("*.log"))[1]  # sealed, not cleaned yet (ratio 0.9): the
+    # next updates make the log dirty enough, and the cleaner meets the damage
+    with open(victim, "r+b") as file:
+        file.seek(200)
+        byte = file.read(1)
+        file.seek(200)
+        file.write(bytes([byte[0] ^ 0xFF]))
+    more = write_updates(appliance.bootstrap, topic, 3_000, 50, seed=8)
+    deadline = time.monotonic() + 30
+    while "corrupted-0 stopped" not in appliance.log_text():
+        assert time.monotonic() < deadline, "the cleaner did not report the corrupt batch"
+        time.sleep(0.2)
+    assert "no longer cleaned" in appliance.log_text()
+    after = write_updates(appliance.bootstrap, topic, 10, 5, seed=9)  # it still takes writes
+    end = max(after) + 1
+    last_sealed = int(sorted(directory.glob("*.log"))[-1].stem)
+    consumer = Consumer({"bootstrap.servers": appliance.bootstrap, "group.id": "corrupt",
+                         "enable.partition.eof": True})
+    consumer.assign([TopicPartition(topic, 0, last_sealed)])  # past the damage: served
+    got = []
+    while True:
+        msg = consumer.poll(10)
+        assert msg is not None
+        if msg.error():
+            break
+        got.append((msg.offset(), msg.key(), msg.value()))
+    consumer.close()
+    assert got and got[-1][0] == end - 1
+    assert_compacted_view(got, {**first, **more, **after})
