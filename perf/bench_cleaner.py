@@ -10,7 +10,9 @@
    0.5, Kafka's default, and 0.05, a cleaner that hardly rests), against the same appliance
    with ``log.cleaner.enable=false``; msgs/s of acknowledged updates and the cleaner runs
    made meanwhile. The cleaner's thread shares the worker's GIL with its event loop: that,
-   not the disk, is what a busy cleaner takes from produce.
+   not the disk, is what a busy cleaner takes from produce;
+3. the event loop's lag (a 1 ms sleep, how late it wakes) while a thread cleans a log, as a
+   worker runs it, against the same loop with no cleaning.
 
 Figures only, no assertions. Run: ``.venv/bin/python perf/bench_cleaner.py [--quick]``.
 """
@@ -18,6 +20,7 @@ Figures only, no assertions. Run: ``.venv/bin/python perf/bench_cleaner.py [--qu
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import shutil
 import sys
@@ -32,7 +35,13 @@ from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from appliance.segments import LogConfig, PartitionLog, cleaner_checkpoint  # noqa: E402
-from appliance.segments.cleaner import CleanerSettings, clean  # noqa: E402
+from appliance.segments.cleaner import (  # noqa: E402
+    CleanerSettings,
+    clean,
+    install,
+    prepare,
+    run,
+)
 from tests.compaction.logs import write_updates  # noqa: E402
 from tests.conftest import Appliance  # noqa: E402
 
@@ -113,6 +122,39 @@ def bench_produce(root: str, enabled: bool, updates: int,
         appliance.stop()
 
 
+def bench_loop_lag(root: str, updates: int) -> tuple[list[float], list[float]]:
+    """(lags while cleaning, lags while idle) in ms, sorted."""
+    plog = _log(os.path.join(root, "lag-0"), updates, 1000)
+    job = prepare(plog, checkpoint=None, now_ms=10_000)
+
+    async def probe(until) -> list[float]:
+        loop = asyncio.get_running_loop()
+        lags = []
+        while not until():
+            before = loop.time()
+            await asyncio.sleep(0.001)
+            lags.append((loop.time() - before - 0.001) * 1000)
+        return sorted(lags)
+
+    async def cleaning() -> list[float]:
+        future = asyncio.get_running_loop().run_in_executor(None, run, job, CleanerSettings())
+        lags = await probe(future.done)
+        install(plog, await future, now_ms=10_000)
+        return lags
+
+    busy = asyncio.run(cleaning())
+    deadline = time.monotonic() + 1.0
+    idle = asyncio.run(probe(lambda: time.monotonic() > deadline))
+    plog.close()
+    return busy, idle
+
+
+def _percentiles(lags: list[float]) -> str:
+    def at(q):
+        return lags[min(len(lags) - 1, int(len(lags) * q))]
+    return f"p50 {at(0.5):5.2f}  p99 {at(0.99):6.2f}  max {lags[-1]:6.2f} ms"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
@@ -136,6 +178,10 @@ def main() -> None:
             on = bench_produce(root, True, produce, ratio)
             print(f"   cleaner on, dirty ratio {ratio:4} {on[0]:9.0f} msgs/s  ({on[1]} cleaner "
                   f"runs meanwhile, {on[0] / off[0]:.2f}x)")
+        busy, idle = bench_loop_lag(root, updates)
+        print("3. event loop lag (1 ms sleeps)")
+        print(f"   while a thread cleans  {_percentiles(busy)}")
+        print(f"   idle                   {_percentiles(idle)}")
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
