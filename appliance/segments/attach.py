@@ -113,10 +113,9 @@ def _check_point(directory: str, point: AttachPoint, bases: list[int]) -> int | 
 
 
 def _check_sealed(segment: LogSegment, next_base: int) -> None:
-    """A sealed segment: trimmed indexes in bounds, batches ending at the file's end."""
+    """A sealed segment: trimmed indexes in bounds, batches ending at the file's end (an
+    empty one is a segment the log cleaner emptied: its offsets all went)."""
     size = segment.file_size
-    if size == 0:
-        raise AttachRefused(f"{segment.path} is empty but followed by segment {next_base}")
     max_relative = next_base - 1 - segment.base_offset
     for index in (segment.index, segment.time_index):
         declared = index.load(active=False, max_relative_offset=max_relative,

@@ -199,3 +199,17 @@ def test_decoding_a_cleaned_batch_gives_the_original_records(plog):
         _, records = decode_batch(data)  # CRC and counts check
         for r in records:
             assert before[r.offset] == (r.offset, r.key, r.value, r.timestamp)
+
+
+def test_a_restarted_owner_attaches_to_a_cleaned_log_with_empty_segments(plog):
+    write_updates(plog, 600, 3)  # three keys: most cleaned segments end up empty
+    clean(plog, checkpoint=None, now_ms=NOW)
+    assert any(s.size == 0 for s in plog.segments)
+    before, point = all_records(plog), plog.snapshot().attach_point()
+    plog.close()
+    reopened = PartitionLog.open(plog.directory, SMALL, now_ms=NOW, attach=point)
+    try:
+        assert reopened.recovery.attach_refused is None, reopened.recovery.attach_refused
+        assert all_records(reopened) == before
+    finally:
+        reopened.close()
