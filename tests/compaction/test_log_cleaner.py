@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -58,7 +59,7 @@ def test_a_pass_cleans_compacted_logs_only_and_checkpoints(tmp_path, partitions)
     log_cleaner = _cleaner(tmp_path, [compacted, plain])
 
     async def scenario():
-        log_cleaner._pool = __import__("concurrent.futures").futures.ThreadPoolExecutor(1)
+        log_cleaner._pool = ThreadPoolExecutor(1)
         assert await log_cleaner.clean_pass() == 1
         assert await log_cleaner.clean_pass() == 0  # nothing dirty now
         log_cleaner._pool.shutdown()
@@ -117,7 +118,7 @@ def test_a_corrupt_batch_makes_the_partition_uncleanable_not_unserved(tmp_path, 
     log_cleaner = _cleaner(tmp_path, [partition])
 
     async def scenario():
-        log_cleaner._pool = __import__("concurrent.futures").futures.ThreadPoolExecutor(1)
+        log_cleaner._pool = ThreadPoolExecutor(1)
         assert await log_cleaner.clean_pass() == 0
         assert await log_cleaner.clean_pass() == 0  # not tried again
         log_cleaner._pool.shutdown()
