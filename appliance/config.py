@@ -32,7 +32,7 @@ from appliance.security.authorizer import (
     AuthorizerSettings,
     parse_super_users,
 )
-from appliance.segments.config import LogConfig
+from appliance.segments.config import CLEANUP_POLICIES, LogConfig
 from appliance.tls.settings import SSL_IGNORED, SSL_KEYS, split_listener_ssl
 
 DEFAULT_PORT = 9092
@@ -139,6 +139,14 @@ class BrokerConfig:
     ssl_cipher_suites: tuple[str, ...] = ()
     # listener name -> {ssl_* field: value} from listener.name.<l>.ssl.* (tls_config applies)
     listener_ssl: dict[str, dict[str, object]] = field(default_factory=dict)
+    # the log cleaner (appliance/workers/cleaning): Kafka's keys and defaults; "threads" is
+    # how many partitions a worker cleans at once (each in its own thread)
+    log_cleaner_enable: bool = True
+    log_cleaner_threads: int = 1
+    log_cleaner_backoff_ms: int = 15_000
+    log_cleaner_dedupe_buffer_size: int = 128 * 1024 * 1024
+    log_cleaner_io_max_bytes_per_second: float = float("inf")
+    log_cleaner_io_buffer_size: int = 512 * 1024
     log_defaults: LogConfig = field(default_factory=LogConfig)
     ignored_keys: tuple[str, ...] = ()
 
@@ -280,6 +288,33 @@ def _text(text: str) -> str:
     return text.strip()
 
 
+def _cleanup_policy(text: str) -> str:
+    policies = [p.strip().lower() for p in text.split(",")]
+    if any(p not in CLEANUP_POLICIES for p in policies):
+        raise ValueError(f"expected a list of {', '.join(CLEANUP_POLICIES)}, got {text!r}")
+    return ",".join(policies)
+
+
+def _ratio(text: str) -> float:
+    try:
+        value = float(text.strip())
+    except ValueError:
+        raise ValueError(f"expected a number, got {text!r}") from None
+    if not 0 <= value <= 1:
+        raise ValueError(f"must be between 0 and 1, got {value}")
+    return value
+
+
+def _rate(text: str) -> float:
+    try:
+        value = float(text.strip())
+    except ValueError:
+        raise ValueError(f"expected a number, got {text!r}") from None
+    if value <= 0:
+        raise ValueError(f"must be > 0, got {value}")
+    return value
+
+
 def _digest_credentials(text: str) -> str:
     user, colon, password = text.strip().partition(":")
     if not colon or not user or not password:
@@ -375,6 +410,17 @@ KEYS: dict[str, tuple[str, object]] = {
     "min.insync.replicas": ("log.min_insync_replicas", _int(1)),
     "replica.lag.time.max.ms": ("replica_lag_time_max_ms", _int(1)),
     "unclean.leader.election.enable": ("log.unclean_leader_election_enable", _bool),
+    "log.cleanup.policy": ("log.cleanup_policy", _cleanup_policy),
+    "log.cleaner.min.cleanable.ratio": ("log.min_cleanable_dirty_ratio", _ratio),
+    "log.cleaner.delete.retention.ms": ("log.delete_retention_ms", _int(0)),
+    "log.cleaner.min.compaction.lag.ms": ("log.min_compaction_lag_ms", _int(0)),
+    "log.cleaner.max.compaction.lag.ms": ("log.max_compaction_lag_ms", _int(1)),
+    "log.cleaner.enable": ("log_cleaner_enable", _bool),
+    "log.cleaner.threads": ("log_cleaner_threads", _int(1)),
+    "log.cleaner.backoff.ms": ("log_cleaner_backoff_ms", _int(0)),
+    "log.cleaner.dedupe.buffer.size": ("log_cleaner_dedupe_buffer_size", _int(1024)),
+    "log.cleaner.io.max.bytes.per.second": ("log_cleaner_io_max_bytes_per_second", _rate),
+    "log.cleaner.io.buffer.size": ("log_cleaner_io_buffer_size", _int(1024)),
     "controlled.shutdown.enable": ("controlled_shutdown_enable", _bool),
     "controlled.shutdown.max.retries": ("controlled_shutdown_max_retries", _int(0)),
     "controlled.shutdown.retry.backoff.ms": ("controlled_shutdown_retry_backoff_ms", _int(0)),
@@ -397,8 +443,7 @@ PRECEDENCE = {
 IGNORED = frozenset({
     "num.network.threads", "num.io.threads", "num.replica.fetchers",
     "socket.send.buffer.bytes", "socket.receive.buffer.bytes", "num.recovery.threads.per.data.dir",
-    "log.cleaner.enable",
-    "delete.topic.enable", "log.cleanup.policy",
+    "delete.topic.enable", "log.cleaner.io.buffer.load.factor",
 }) | SSL_IGNORED
 
 

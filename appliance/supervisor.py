@@ -38,6 +38,7 @@ from appliance.fleet_membership import FleetMembership
 from appliance.forking import DirectForker, ForkError, ForkServer
 from appliance.identity import DiskIdentity, claim_log_dir, node_id_for
 from appliance.listener_security import check_advertised_listener
+from appliance.log_dir_lock import LogDirLocks, lock_log_dirs, lock_wait_s
 from appliance.metrics.server import MetricsEndpoint
 from appliance.scram_credentials import ScramFileStore, credentials_path
 from appliance.security.acl_book import AclBook
@@ -86,6 +87,7 @@ class Supervisor:
         self._draining: ControlledShutdown | None = None  # cluster mode, after SIGTERM
         self.metrics: MetricsEndpoint | None = None  # with metrics.port only
         self._security_generation = -1  # cluster mode: the users and ACLs last broadcast
+        self.log_dir_locks: LogDirLocks | None = None  # held for our life, and our workers'
 
     # start -------------------------------------------------------------------------------
 
@@ -98,6 +100,12 @@ class Supervisor:
         os.umask(PRIVATE_UMASK)
         for log_dir in self.config.log_dirs:
             log_dir.mkdir(parents=True, exist_ok=True)
+        # before anything else touches the dirs (log_dir_lock.py): the region (reclaiming a
+        # dead supervisor's), the catalog, meta.properties, the workers' recovery. A live
+        # appliance with our config is refused at once: waiting for it would be pointless.
+        ApplianceRegion.refuse_if_running(self.config)
+        self.log_dir_locks = lock_log_dirs(
+            self.config.log_dirs, wait_s=lock_wait_s(self.config.shutdown_timeout_ms))
         self.region = ApplianceRegion.create(self.config)
         try:
             check_tls_files(self.config)  # a keystore that does not load stops start-up here
@@ -366,7 +374,9 @@ class Supervisor:
         return worker_main(self.config, index, self.sockets[index], child_end, self.region.name)
 
     def _inherited_by_children(self) -> list:
-        """What a child must close: the supervisor's wake pipe and the workers' channels."""
+        """What a child must close: the supervisor's wake pipe and the workers' channels.
+        Never the log dirs' locks: a worker (and the fork server that forks workers) keeps
+        them, so that no new appliance starts on the dirs until it has exited."""
         control = getattr(self, "control", None)  # the fork server starts before it exists
         channels = control.channels.values() if control is not None else ()
         return [self._wake_r, self._wake_w, *(channel.sock for channel in channels)]
@@ -476,3 +486,5 @@ class Supervisor:
         region = getattr(self, "region", None)
         if region is not None:
             region.unlink()
+        if self.log_dir_locks is not None:  # last: every worker is gone; the files stay
+            self.log_dir_locks.close()

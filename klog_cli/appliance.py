@@ -3,7 +3,8 @@
 The supervisor starts one worker per `log.dirs` entry and logs to stderr. SIGTERM and SIGINT
 stop it gracefully (stop accepting, answer what is in flight, flush, exit 0); SIGHUP reloads
 what can be reloaded. A bad configuration stops start-up with a message naming the key, and
-exit status 2; an appliance already running with the same config, exit status 1.
+exit status 2; an appliance already running with the same config, or a log dir another
+appliance (or its workers, still stopping) holds past the wait for its `.lock`, exit status 1.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import sys
 from appliance.config import ConfigError, load_config
 from appliance.fleet_membership import FleetUnavailableError
 from appliance.identity import IdentityError
+from appliance.log_dir_lock import LogDirLockedError
 from appliance.shm.region import RegionError
 from appliance.supervisor import Supervisor
 
@@ -43,7 +45,8 @@ def run(args) -> int:
                                                                       args.override))
     try:
         return supervisor.run()
-    except (RegionError, IdentityError, ConfigError, FleetUnavailableError) as exc:
+    except (RegionError, IdentityError, ConfigError, FleetUnavailableError,
+            LogDirLockedError) as exc:
         print(f"klog: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:

@@ -175,6 +175,9 @@ class Appliance:
             self._stderr.close()
 
     def kill(self) -> None:
+        """kill -9 of the supervisor alone. Its workers see it gone and stop gracefully; they
+        hold the log dirs' `.lock` until they exit, so a `start()` right after waits for them
+        (within its timeout)."""
         self.stop(signal.SIGKILL)
 
     def log_text(self) -> str:

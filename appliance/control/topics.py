@@ -21,7 +21,7 @@ _LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
 
 # Kafka topic configs that clients send with their default values, which klog honours by doing
 # nothing: any other value is refused, because klog would not do what it asks.
-DEFAULT_ONLY_CONFIGS = {"cleanup.policy": "delete", "compression.type": "producer"}
+DEFAULT_ONLY_CONFIGS = {"compression.type": "producer"}
 # Kafka topic configs that are not the log's: a reassignment's replication throttle, which
 # the replica fetchers read from the topic's configs (workers/replication_throttle.py)
 REPLICATION_CONFIGS = frozenset({"leader.replication.throttled.replicas",

@@ -70,6 +70,17 @@ METRICS: dict[str, tuple[str, str]] = {
                                "asked for and got written"),
     "klog_isr_expands_total": ("counter", "cluster mode: ISR expansions the worker's leaders "
                                "asked for and got written"),
+    "klog_log_cleaner_runs_total": ("counter", "log cleaner runs that swapped their cleaned "
+                                    "segments in (compacted topics)"),
+    "klog_log_cleaner_bytes_read_total": ("counter", "bytes the log cleaner read"),
+    "klog_log_cleaner_bytes_written_total": ("counter", "bytes the log cleaner wrote (cleaned "
+                                             "segments)"),
+    "klog_log_cleaner_failures_total": ("counter", "log cleaner runs that ended in an error"),
+    "klog_log_cleaner_uncleanable_partitions": ("gauge", "partitions the cleaner stopped "
+                                                "cleaning (a corrupt batch; they keep "
+                                                "serving)"),
+    "klog_log_cleaner_dirty_ratio": ("gauge", "dirty bytes over cleanable bytes of a "
+                                     "compacted partition, as the cleaner last saw it"),
     "klog_follower_lag_messages": ("gauge", "cluster mode: the leader's log end minus a "
                                    "follower's, as the follower's last fetch stated it"),
 }
@@ -129,6 +140,7 @@ class ApplianceCollector:
                 documents[label] = published[2]
         yield from (up, restarts, failed)
         yield from self._statistics(documents)
+        yield from self._cleaner(documents)
         yield from self._groups(documents)
 
     def _statistics(self, documents: dict[str, dict]):
@@ -199,6 +211,27 @@ class ApplianceCollector:
         yield from (requests, errors, latency, *connections.values(), open_now, loop_lag,
                     batch, sync, sync_failures, shrinks, expands, auth_ok, auth_failed,
                     follower_lag)
+
+    def _cleaner(self, documents: dict[str, dict]):
+        """The log cleaners' counters (workers/log_cleaner.py): one document part each."""
+        families = {key: CounterMetricFamily(f"klog_log_cleaner_{key}",
+                                             _help(f"klog_log_cleaner_{key}_total"),
+                                             labels=["worker"])
+                    for key in ("runs", "bytes_read", "bytes_written", "failures")}
+        uncleanable = GaugeMetricFamily("klog_log_cleaner_uncleanable_partitions",
+                                        _help("klog_log_cleaner_uncleanable_partitions"),
+                                        labels=["worker"])
+        dirty = GaugeMetricFamily("klog_log_cleaner_dirty_ratio",
+                                  _help("klog_log_cleaner_dirty_ratio"),
+                                  labels=["topic", "partition"])
+        for worker, doc in documents.items():
+            part = doc.get("cleaner") or {}
+            for key, family in families.items():
+                family.add_metric([worker], part.get(key, 0))
+            uncleanable.add_metric([worker], len(part.get("uncleanable", [])))
+            for topic, partition, ratio in part.get("dirty_ratios", []):
+                dirty.add_metric([topic, str(partition)], ratio)
+        yield from (*families.values(), uncleanable, dirty)
 
     def _groups(self, documents: dict[str, dict]):
         members = GaugeMetricFamily("klog_consumer_group_members",

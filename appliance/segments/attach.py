@@ -113,10 +113,9 @@ def _check_point(directory: str, point: AttachPoint, bases: list[int]) -> int | 
 
 
 def _check_sealed(segment: LogSegment, next_base: int) -> None:
-    """A sealed segment: trimmed indexes in bounds, batches ending at the file's end."""
+    """A sealed segment: trimmed indexes in bounds, batches ending at the file's end (an
+    empty one is a segment the log cleaner emptied: its offsets all went)."""
     size = segment.file_size
-    if size == 0:
-        raise AttachRefused(f"{segment.path} is empty but followed by segment {next_base}")
     max_relative = next_base - 1 - segment.base_offset
     for index in (segment.index, segment.time_index):
         declared = index.load(active=False, max_relative_offset=max_relative,
@@ -127,7 +126,7 @@ def _check_sealed(segment: LogSegment, next_base: int) -> None:
     entries = segment.index.entries
     last = segment.index.entry_at(entries - 1) if entries else None
     restore_max_timestamp(segment)
-    _check_chain(segment, last, size, next_base, "the end of the file")
+    _check_chain(segment, last, size, next_base, "the end of the file", exact=False)
 
 
 def _check_active(segment: LogSegment, point: AttachPoint, *, rolled: bool) -> None:
@@ -159,10 +158,12 @@ def _check_active(segment: LogSegment, point: AttachPoint, *, rolled: bool) -> N
 
 
 def _check_chain(segment: LogSegment, last_entry: tuple[int, int] | None, size: int,
-                 end_offset: int, what: str) -> tuple[int, int]:
-    """From the last index entry (offset, position), the batch headers must chain exactly to
-    byte ``size`` and offset ``end_offset``. Sets the segment's size, next offset and max
-    timestamp (from those headers); returns that (max timestamp, offset)."""
+                 end_offset: int, what: str, *, exact: bool = True) -> tuple[int, int]:
+    """From the last index entry (offset, position), the batch headers must chain to byte
+    ``size`` and offset ``end_offset``: exactly for the active segment; a sealed one
+    (``exact=False``) may skip offsets and end below ``end_offset``, where the log cleaner
+    removed records. Sets the segment's size, next offset and max timestamp (from those
+    headers); returns that (max timestamp, offset)."""
     entry_offset, start = last_entry or (-1, 0)
     next_offset = segment.base_offset if start == 0 else None
     max_timestamp, offset_of_max = segment.max_timestamp, segment.offset_of_max_timestamp
@@ -171,7 +172,8 @@ def _check_chain(segment: LogSegment, last_entry: tuple[int, int] | None, size: 
             if position == start and start and header.last_offset != entry_offset:
                 raise AttachRefused(f"{segment.index.path}: entry ({entry_offset}, {start}) "
                                     f"points at a batch ending at {header.last_offset}")
-            if next_offset is not None and header.base_offset != next_offset:
+            if next_offset is not None and (header.base_offset != next_offset if exact
+                                            else header.base_offset < next_offset):
                 raise AttachRefused(f"{segment.path}: batch at byte {position} has base offset "
                                     f"{header.base_offset}, expected {next_offset}")
             next_offset = header.next_offset
@@ -179,7 +181,8 @@ def _check_chain(segment: LogSegment, last_entry: tuple[int, int] | None, size: 
                 max_timestamp, offset_of_max = header.max_timestamp, header.last_offset
     except CorruptRecordError as exc:
         raise AttachRefused(f"{what} do not end at a batch boundary: {exc}") from exc
-    if next_offset != end_offset:
+    if next_offset is not None and (next_offset != end_offset if exact
+                                    else next_offset > end_offset):
         raise AttachRefused(f"{segment.path}: batches up to {what} end at offset "
                             f"{next_offset}, not {end_offset}")
     segment.size, segment.next_offset = size, end_offset

@@ -29,6 +29,7 @@ INT32_MAX = 2**31 - 1
 DAY_MS = 24 * 60 * 60 * 1000
 
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+CLEANUP_POLICIES = ("compact", "delete")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,6 +54,13 @@ class LogConfig:
     # whether the controller may make an out-of-sync replica the leader when no in-sync one
     # is live (losing what only the ISR had); read by the fleet's controller, not the engine
     unclean_leader_election_enable: bool = False
+    # Compaction (Kafka's LogCleaner): "delete" (retention only), "compact" (the cleaner keeps
+    # each key's latest record), or both, comma-separated as Kafka writes them
+    cleanup_policy: str = "delete"
+    min_cleanable_dirty_ratio: float = 0.5  # clean when dirty bytes / all bytes reach this
+    min_compaction_lag_ms: int = 0  # a record stays uncompacted at least this long
+    max_compaction_lag_ms: int = LONG_MAX  # a dirty record is cleaned within this, any ratio
+    delete_retention_ms: int = DAY_MS  # tombstones (and empty markers) survive this long
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -76,11 +84,33 @@ class LogConfig:
         _at_least(self, "max_message_bytes", 0)
         _at_least(self, "file_delete_delay_ms", 0)
         _at_least(self, "min_insync_replicas", 1)
+        _at_least(self, "min_compaction_lag_ms", 0)
+        _at_least(self, "max_compaction_lag_ms", 1)
+        _at_least(self, "delete_retention_ms", 0)
+        if not isinstance(self.min_cleanable_dirty_ratio, (int, float)) or isinstance(
+                self.min_cleanable_dirty_ratio, bool) or not (
+                0 <= self.min_cleanable_dirty_ratio <= 1):
+            raise ValueError(f"min.cleanable.dirty.ratio must be between 0 and 1, got "
+                             f"{self.min_cleanable_dirty_ratio!r}")
+        policies = self.cleanup_policy.split(",") if isinstance(self.cleanup_policy, str) else []
+        if not policies or any(p not in CLEANUP_POLICIES for p in policies):
+            raise ValueError(f"cleanup.policy must be a list of {', '.join(CLEANUP_POLICIES)}, "
+                             f"got {self.cleanup_policy!r}")
         if self.message_timestamp_type not in TIMESTAMP_TYPES:
             raise ValueError(
                 f"message.timestamp.type must be one of {', '.join(TIMESTAMP_TYPES)}, "
                 f"got {self.message_timestamp_type!r}"
             )
+
+    @property
+    def compact(self) -> bool:
+        """True when the log cleaner compacts this log (cleanup.policy has "compact")."""
+        return "compact" in self.cleanup_policy.split(",")
+
+    @property
+    def delete(self) -> bool:
+        """True when retention deletes old segments (cleanup.policy has "delete")."""
+        return "delete" in self.cleanup_policy.split(",")
 
     @property
     def log_append_time(self) -> bool:
@@ -126,6 +156,13 @@ def _text(value: Any) -> str:
 def _parse(key: str, name: str, text: str) -> Any:
     if name == "message_timestamp_type":
         return text.strip()
+    if name == "cleanup_policy":  # Kafka's list: "compact, delete" is "compact,delete"
+        return ",".join(p.strip().lower() for p in str(text).split(","))
+    if name == "min_cleanable_dirty_ratio":
+        try:
+            return float(str(text).strip())
+        except ValueError:
+            raise ValueError(f"{key} must be a number, got {text!r}") from None
     if name in _BOOL_FIELDS:
         lowered = str(text).strip().lower()
         if lowered not in ("true", "false"):

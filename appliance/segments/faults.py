@@ -16,6 +16,11 @@ Points (the engine's contract with its tests):
 ``log.after_roll``                    the new segment exists, the old one is sealed
 ``log.retention.after_rename``        expired segments renamed to .deleted, checkpoint not written
 ``log.flush.before_sync``             just before fdatasync in a flush
+``cleaner.after_cleaned``             a cleaned segment's ``.cleaned`` files written and synced
+``cleaner.after_promote``             they are renamed ``.swap`` (the swap is decided)
+``cleaner.after_replace_live``        the swap's files hold the live names of its first segment
+``cleaner.after_retire``              the group's other segments are renamed ``.deleted``
+``cleaner.batch``                     the cleaner read a batch (a seeded countdown: any moment)
 ====================================  ============================================================
 
 Only the test process arms points; the module state is per process, so a forked child arms its
@@ -37,6 +42,11 @@ POINTS = frozenset(
         "log.after_roll",
         "log.retention.after_rename",
         "log.flush.before_sync",
+        "cleaner.after_cleaned",
+        "cleaner.after_promote",
+        "cleaner.after_replace_live",
+        "cleaner.after_retire",
+        "cleaner.batch",
     }
 )
 

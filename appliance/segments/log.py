@@ -26,12 +26,13 @@ import contextlib
 import logging
 import os
 import shutil
+import threading
 from collections.abc import Iterator
 from typing import NamedTuple
 
 from klog.protocol import record_batch as rb
 
-from . import faults, log_reads, policy, retention, txn_index
+from . import cleaning_swap, faults, log_reads, policy, retention, txn_index
 from .attach import AttachPoint
 from .config import LONG_MAX, LogConfig
 from .errors import CorruptRecordError, LogClosedError, StorageError, storage_errors
@@ -105,6 +106,10 @@ class PartitionLog:
         # hold (0: no file to read). The producer state sets them; the log only applies them.
         self.first_unstable_offset: int | None = None
         self.aborted_txns = 0
+        # the log cleaner (cleaner.py): a job promotes its cleaned files under this lock only
+        # if no truncation happened since it started; truncations count here
+        self.cleaning_lock = threading.Lock()
+        self.truncations = 0
 
     @classmethod
     def open(cls, directory: str, config: LogConfig, *, now_ms: int, verify: str = "tail",
@@ -245,8 +250,9 @@ class PartitionLog:
 
         ``assign_offsets=False``, a follower's append: the leader's batches as they are,
         offsets, timestamps and leader epochs kept. Each must continue the log exactly (its
-        base offset is the log end, then each batch follows the previous one), otherwise
-        CorruptRecordError and nothing is written. A batch opening a newer leader epoch adds
+        base offset is at or past the log end, then each batch follows the previous one,
+        skipping the offsets the leader's cleaner removed), otherwise CorruptRecordError and
+        nothing is written. A batch opening a newer leader epoch adds
         it to the leader-epoch cache first. The high watermark is not moved: the leader's fetch
         responses move it (:meth:`set_high_watermark`). ``leader_epoch`` must be None
         (ValueError).
@@ -261,27 +267,29 @@ class PartitionLog:
         config = self.config
         spans, record_count, offset_count = validate_append(
             view, path=self.directory, segment_bytes=config.segment_bytes,
-            max_message_bytes=config.max_message_bytes)
+            max_message_bytes=config.max_message_bytes, produced=assign_offsets)
         first = self._log_end_offset
+        bases = None  # each batch's base offset when they skip offsets (a compacted leader's)
         if assign_offsets:
             append_time = now_ms if config.log_append_time else None
         else:
             if leader_epoch is not None:
                 raise ValueError(f"{self.directory}: a follower's append keeps the leader's "
                                  f"epochs; leader_epoch must be None, not {leader_epoch}")
-            self._check_continues(view, spans, first)
+            bases = self._check_continues(view, spans, first)
             append_time = None
         segment = self.segments.active
         if policy.roll_reason(
             size_bytes=segment.size, append_bytes=len(view), now_ms=now_ms,
             rolling_base_ms=segment.rolling_base_ms, index_full=segment.index_full,
-            relative_last_offset=first + offset_count - 1 - segment.base_offset,
+            relative_last_offset=(first + offset_count if bases is None else
+                                  bases[-1] + spans[-1][2] + 1) - 1 - segment.base_offset,
             segment_bytes=config.segment_bytes, segment_ms=config.segment_ms,
         ):
             segment = self._roll(now_ms)
         try:
             segment.append(view, spans, first, append_time_ms=append_time,
-                           leader_epoch=leader_epoch)
+                           leader_epoch=leader_epoch, base_offsets=bases)
         except OSError as exc:
             with contextlib.suppress(OSError):  # best effort: recovery would cut them anyway
                 segment.discard_tail(segment.size, segment.size + len(view))
@@ -296,22 +304,29 @@ class PartitionLog:
                           -1 if append_time is None else append_time,
                           record_count, len(spans), self._log_start_offset)
 
-    def _check_continues(self, view: memoryview, spans: list, first: int) -> None:
-        """A follower's batches must continue the log from ``first``, batch after batch
-        (CorruptRecordError naming the batch otherwise); a batch opening a newer leader epoch
+    def _check_continues(self, view: memoryview, spans: list, first: int) -> list[int] | None:
+        """A follower's batches must continue the log from ``first``, batch after batch, with
+        growing offsets (Kafka's rule: a compacted leader skips offsets; CorruptRecordError
+        naming the batch otherwise); returns their base offsets when they skip any (None:
+        contiguous from ``first``). A batch opening a newer leader epoch
         is assigned in the leader-epoch cache (StorageError if its checkpoint cannot be
         written). Per batch: one header read."""
         expected = first
+        bases, gaps = [], False
         for rel, _, delta, _ in spans:
             header = rb.read_header(view[rel:])
-            if header.base_offset != expected:
+            if header.base_offset < expected:
                 raise CorruptRecordError(
                     f"replicated batch at offset {header.base_offset} does not continue the "
                     f"log, which ends at {expected}", path=self.directory, position=rel)
+            gaps = gaps or header.base_offset != expected
+            bases.append(header.base_offset)
             if header.partition_leader_epoch > self.leader_epochs.latest_epoch:
                 with storage_errors(self.directory, "write the leader-epoch checkpoint in"):
-                    self.leader_epochs.assign(header.partition_leader_epoch, expected)
-            expected += delta + 1
+                    self.leader_epochs.assign(header.partition_leader_epoch,
+                                              header.base_offset)
+            expected = header.base_offset + delta + 1
+        return bases if gaps else None
 
     # -- replication: leader epochs and the high watermark ------------------------------------
 
@@ -483,6 +498,7 @@ class PartitionLog:
         if offset < self._log_end_offset:
             raise ValueError(f"{self.directory}: restarting at {offset} would drop records "
                              f"below the log end {self._log_end_offset}: truncate instead")
+        self._abort_cleaning()
         with storage_errors(self.directory, "restart the log in"):
             retention.restart_at(self, offset, now_ms)
             self.leader_epochs.clear()
@@ -492,11 +508,21 @@ class PartitionLog:
         """Remove offsets >= ``offset`` (whole batches: the log end may land below ``offset``;
         for replication). Below every segment, empty the log and restart it at ``offset``.
         Returns the new log end offset. Raises StorageError."""
+        if offset < self._log_end_offset:
+            self._abort_cleaning()
         end = retention.truncate_to(self, offset, now_ms)
         if self._epochs is not None:
             with storage_errors(self.directory, "write the leader-epoch checkpoint in"):
                 self._epochs.truncate_from_end(end)
         return end
+
+    def _abort_cleaning(self) -> None:
+        """A truncation makes a cleaning in progress wrong: count it (the job will not promote
+        its files) and remove the swaps already decided, which recovery would install."""
+        with self.cleaning_lock:
+            self.truncations += 1
+            with storage_errors(self.directory, "remove cleaned segments of"):
+                cleaning_swap.discard_all(self.directory)
 
     def set_end_offsets(self, end: int) -> None:
         """After a truncation (retention.py): the log end, and what may not exceed it."""

@@ -2,8 +2,9 @@
 
 Rules:
 
-- Leftovers of a crash are removed first: ``*.deleted`` (retention had already decided),
-  ``*.tmp``, and indexes without a ``.log``.
+- An interrupted cleaning is settled first (``cleaning_swap.complete_swaps``: a ``.cleaned``
+  is removed, a ``.swap`` installed), then leftovers of a crash are removed: ``*.deleted``
+  (retention or the cleaner had already decided), ``*.tmp``, and indexes without a ``.log``.
 - The last segment is always validated from its last good index entry to its end; after an
   unclean shutdown (no ``clean_shutdown=1`` in ``partition.state``) every segment's tail is, and
   ``verify="full"`` validates every batch of every segment.
@@ -26,6 +27,7 @@ import logging
 import os
 
 from .attach import AttachPoint, AttachRefused, attach_segments
+from .cleaning_swap import complete_swaps
 from .config import LogConfig
 from .layout import leftover_files, list_segment_bases, read_state
 from .recovery_scan import RecoveryReport, SegmentRecovery
@@ -49,6 +51,7 @@ def load_segments(
     report = RecoveryReport(directory, clean_shutdown=state.clean_shutdown)
     if state.problem:
         report.notes.append(state.problem)
+    report.notes.extend(complete_swaps(directory))
     bases = list_segment_bases(directory)
     leftovers = leftover_files(directory, bases)
     for path in leftovers:

@@ -18,6 +18,10 @@ Rules that keep it right while the owner keeps writing:
   published active segment changes (a roll, a truncation into an older segment), when the high
   watermark goes down (a truncation), and when a needed segment cannot be opened (retention).
   A refresh also notices a file replaced under the same name (its inode changed).
+- **The cleaner's swaps** (``cleaning_swap.py``) replace a segment's file under the same
+  name (noticed by inode on a refresh; the old descriptor reads the old, equally valid
+  records meanwhile) and remove the later segments of its group: a segment that vanished
+  while the offset is still above the first listed base is looked up again in the new list.
 - **Descriptors outlive deletion**: one O_RDONLY descriptor per segment read (plus one per
   index searched), cached for the ``max_open_segments`` most recently used. When the owner
   deletes a segment (renamed ``*.deleted``, removed later) an open descriptor still reads the
@@ -102,13 +106,17 @@ class PartitionReader:
         self._stats.reads += 1
         if offset >= high_watermark:
             return EMPTY_SLICE
-        for segment in self._segments_from(offset, active_base_offset, active_bytes,
-                                           high_watermark, log_end_offset,
-                                           log_start_offset):
-            found = self._translate(segment, offset, hint)
-            if found is not None:
+        for _ in range(_RELIST_ATTEMPTS):
+            try:
+                segment, found = self._find(offset, active_base_offset, active_bytes,
+                                            high_watermark, log_end_offset, log_start_offset,
+                                            hint)
                 break
+            except _Relisted:
+                continue
         else:
+            self._gone(offset, log_start_offset, high_watermark, log_end_offset)
+        if found is None:
             if not self._listed(active_base_offset):
                 self._gone(offset, log_start_offset, high_watermark, log_end_offset)
             return EMPTY_SLICE
@@ -122,6 +130,19 @@ class PartitionReader:
             end = self._with_index(lookup.batch_end, segment, position, limit, max_position)
         return ReadSlice(segment.fd, position, end - position, header.base_offset,
                          segment.base_offset, segment.path)
+
+    def _find(self, offset, active_base_offset, active_bytes, high_watermark, log_end_offset,
+              log_start_offset, hint):
+        """(segment, (position, header)) of the batch holding ``offset``, or (None, None).
+        Raises _Relisted when a segment vanished but the offset is still in the directory's
+        list (the cleaner merged it into an earlier one): look again."""
+        for segment in self._segments_from(offset, active_base_offset, active_bytes,
+                                           high_watermark, log_end_offset,
+                                           log_start_offset):
+            found = self._translate(segment, offset, hint)
+            if found is not None:
+                return segment, found
+        return None, None
 
     def offset_for_timestamp(self, timestamp_ms: int, *, log_start_offset: int,
                              high_watermark: int, active_base_offset: int, active_bytes: int,
@@ -207,6 +228,8 @@ class PartitionReader:
             if segment is None and skip_missing:
                 continue
             if segment is None:
+                if self._bases and self._bases[0] <= offset:
+                    raise _Relisted  # merged into an earlier segment by the cleaner
                 self._gone(offset, log_start_offset, high_watermark, log_end_offset)
             if base == active_base:
                 end_offset = high_watermark if log_end_offset is None else log_end_offset
@@ -232,7 +255,11 @@ class PartitionReader:
         segment = self._segments.pop(base, None)
         if segment is not None:
             self._segments[base] = segment  # the most recently used last
-            return segment
+            if not self._replaced(segment):
+                return segment
+            self.refresh()  # the cleaner swapped a new file in under this name
+            if base in self._segments:
+                return self._segments[base]
         for attempt in range(2):
             try:
                 segment = ReadOnlySegment(self.directory, base)
@@ -240,11 +267,26 @@ class PartitionReader:
                 if attempt == 0:
                     self.refresh()
                 continue
+            segment.checked_at = self._clock()
             self._segments[base] = segment
             if len(self._segments) > self._max_open:
                 self._retire(next(b for b in self._segments if b != self._active_base))
             return segment
         return None
+
+    def _replaced(self, segment: ReadOnlySegment) -> bool:
+        """Whether a sealed segment's name now holds another file (a cleaner's swap), checked
+        at most every REVALIDATE_S per segment: a reader serves the old, valid records that
+        long at most, and lets the old file go soon after."""
+        now = self._clock()
+        if segment.base_offset == self._active_base or now < segment.checked_at + REVALIDATE_S:
+            return False
+        segment.checked_at = now
+        try:
+            stat = os.stat(segment.path)
+        except FileNotFoundError:
+            return True
+        return (stat.st_dev, stat.st_ino) != segment.inode
 
     def _retire(self, base: int) -> None:
         segment = self._segments.pop(base)
@@ -329,6 +371,12 @@ class PartitionReader:
 
 
 _BAD_HINT = object()
+REVALIDATE_S = 1.0  # how often a cached sealed segment's name is checked against its file
+_RELIST_ATTEMPTS = 3
+
+
+class _Relisted(Exception):  # noqa: N818 - a signal inside the reader, never raised out
+    """A segment listed before is gone while the offset it held is still in the log."""
 
 
 def _scan_from_hint(segment: ReadOnlySegment, offset: int, start: int):

@@ -170,6 +170,7 @@ class ReadOnlySegment:
         self.fd = os.open(self.path, os.O_RDONLY)
         stat = os.fstat(self.fd)
         self.inode = (stat.st_dev, stat.st_ino)
+        self.checked_at = 0.0  # when the reader last checked the name still holds this file
         self.file_size = stat.st_size  # sealed segments: the size; refreshed by the reader
         self.size = 0  # the bound every scan respects; set before each use
         self.end_offset = base_offset  # the offset after the last batch readable; ditto

@@ -44,8 +44,10 @@ class ScanResult(NamedTuple):
 def scan_segment(
     buf, start: int, end: int, next_offset: int, on_batch: Callable[[int, BatchHeader], None]
 ) -> ScanResult:
-    """Validate batches in ``buf[start:end]``; ``next_offset`` is the first batch's expected
-    base offset. Never raises for bad data: it stops and says why."""
+    """Validate batches in ``buf[start:end]``; ``next_offset`` is the lowest base offset the
+    first batch may have. Offsets only grow, with gaps where the log cleaner removed records
+    (Kafka's rule: monotonic, not contiguous). Never raises for bad data: it stops and says
+    why."""
     pos, batches = start, 0
     while pos < end:
         if end - pos < HEADER_BYTES or buf[pos : pos + HEADER_BYTES] == ZERO_HEADER:
@@ -56,10 +58,10 @@ def scan_segment(
             header = check_batch(buf, pos, end - pos)
         except CorruptBatchError as exc:
             return ScanResult(pos, next_offset, batches, str(exc))
-        if header.base_offset != next_offset:
+        if header.base_offset < next_offset:
             problem = (
                 f"batch at byte {pos} has base offset {header.base_offset}, "
-                f"expected {next_offset}"
+                f"expected at least {next_offset}"
             )
             return ScanResult(pos, next_offset, batches, problem)
         on_batch(pos, header)

@@ -27,7 +27,10 @@ def apply_retention(plog, now_ms: int) -> int:
     plan = policy.retention_plan(
         [policy.SegmentStats(s.base_offset, s.next_offset, s.size, s.largest_timestamp_ms())
          for s in segments],
-        now_ms=now_ms, retention_ms=config.retention_ms, retention_bytes=config.retention_bytes,
+        now_ms=now_ms,
+        # cleanup.policy without "delete" (compact alone): only the log start deletes
+        retention_ms=config.retention_ms if config.delete else -1,
+        retention_bytes=config.retention_bytes if config.delete else -1,
         log_start_offset=plog.log_start_offset, high_watermark=plog.high_watermark,
     )
     if plan.delete_count:

@@ -77,11 +77,14 @@ class LogSegment:
     opens an existing one, which ``repair.recover_segment`` then validates (and activates if it
     is the last). Positions are byte offsets in the ``.log`` file. Raises OSError."""
 
-    def __init__(self, directory: str, base_offset: int, config: LogConfig, *, now_ms: int):
+    def __init__(self, directory: str, base_offset: int, config: LogConfig, *, now_ms: int,
+                 name_suffix: str = ""):
         self.directory = directory
         self.base_offset = base_offset
         self.config = config
-        self.path = segment_path(directory, base_offset, LOG_SUFFIX)
+        # "": the live files; ".cleaned": the log cleaner's output (cleaning_swap.py)
+        self.name_suffix = name_suffix
+        self.path = segment_path(directory, base_offset, LOG_SUFFIX) + name_suffix
         self.size = 0  # logical end of data
         self.next_offset = base_offset
         self.max_timestamp = -1
@@ -89,37 +92,32 @@ class LogSegment:
         self.rolling_base_ms = now_ms
         self.active = False
         self.deleted = False
+        self._owns_files = True  # False once a cleaned segment took its names
         self._capacity = 0  # bytes preallocated while active
         self._bytes_since_index = 0
         self._index_interval = config.index_interval_bytes
-        self.index_missing = not os.path.exists(segment_path(directory, base_offset, INDEX_SUFFIX))
-        self.time_index_missing = not os.path.exists(
-            segment_path(directory, base_offset, TIME_INDEX_SUFFIX)
-        )
+        index_path = segment_path(directory, base_offset, INDEX_SUFFIX) + name_suffix
+        time_index_path = segment_path(directory, base_offset, TIME_INDEX_SUFFIX) + name_suffix
+        self.index_missing = not os.path.exists(index_path)
+        self.time_index_missing = not os.path.exists(time_index_path)
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            self.index = OffsetIndex(
-                segment_path(directory, base_offset, INDEX_SUFFIX), base_offset,
-                config.segment_index_bytes,
-            )
-            self.time_index = TimeIndex(
-                segment_path(directory, base_offset, TIME_INDEX_SUFFIX), base_offset,
-                config.segment_index_bytes,
-            )
+            self.index = OffsetIndex(index_path, base_offset, config.segment_index_bytes)
+            self.time_index = TimeIndex(time_index_path, base_offset, config.segment_index_bytes)
         except OSError:
             os.close(self.fd)
             raise
 
     @classmethod
     def create(cls, directory: str, base_offset: int, config: LogConfig, *,
-               now_ms: int) -> LogSegment:
+               now_ms: int, name_suffix: str = "") -> LogSegment:
         """A new, empty, active segment; stale files of the same name are replaced.
         Raises StorageError (ENOSPC when the disk cannot hold ``segment.bytes``)."""
         try:
             for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
                 with contextlib.suppress(FileNotFoundError):
-                    os.unlink(segment_path(directory, base_offset, suffix))
-            segment = cls(directory, base_offset, config, now_ms=now_ms)
+                    os.unlink(segment_path(directory, base_offset, suffix) + name_suffix)
+            segment = cls(directory, base_offset, config, now_ms=now_ms, name_suffix=name_suffix)
         except OSError as exc:
             raise StorageError.from_os_error(exc, path=directory,
                                              operation="create a segment in") from exc
@@ -190,10 +188,15 @@ class LogSegment:
     # -- appending --------------------------------------------------------------------------
 
     def append(self, data: memoryview, spans: list, first_offset: int, *,
-               append_time_ms: int | None, leader_epoch: int | None) -> None:
+               append_time_ms: int | None, leader_epoch: int | None,
+               base_offsets: list[int] | None = None) -> None:
         """Write validated batches with their offsets patched. ``spans``: one ``(position in
-        data, size, last_offset_delta, max_timestamp)`` per batch. Raises OSError; on error
-        nothing is published (``size`` and ``next_offset`` are unchanged)."""
+        data, size, last_offset_delta, max_timestamp)`` per batch. ``base_offsets``: each
+        batch's own base offset when they skip offsets (a follower's copy of a compacted
+        leader's); otherwise they follow each other from ``first_offset``. Raises OSError; on
+        error nothing is published (``size`` and ``next_offset`` are unchanged)."""
+        if base_offsets is not None:
+            return self._append_at(data, spans, base_offsets)
         pos, n = self.size, len(data)
         if pos + n > self._capacity:
             self._grow(pos + n)
@@ -211,6 +214,26 @@ class LogSegment:
             faults.point("segment.after_write")
         self.size = pos + n
         self.next_offset = offset
+
+    def _append_at(self, data: memoryview, spans: list, base_offsets: list[int]) -> None:
+        """Batches whose base offsets are already right, written as they are (no patch)."""
+        pos, n = self.size, len(data)
+        if pos + n > self._capacity:
+            self._grow(pos + n)
+        self._pwritev(pos, [data])
+        offset = self.next_offset
+        for (rel, size, delta, max_ts), base in zip(spans, base_offsets, strict=True):
+            offset = base + delta + 1
+            self._track(pos + rel, offset - 1, max_ts, size)
+        self.size = pos + n
+        self.next_offset = offset
+
+    def append_cleaned(self, data, batches: list) -> None:
+        """The log cleaner's write: whole batches with their original offsets (``batches``:
+        ``(position in data, BatchHeader)``), tracked for the indexes. Raises OSError."""
+        self._append_at(memoryview(data), [(rel, h.size, h.last_offset_delta, h.max_timestamp)
+                                           for rel, h in batches],
+                        [h.base_offset for _, h in batches])
 
     def _pwritev(self, pos: int, iov: list) -> None:
         """Write ``iov`` at ``pos`` completely (IOV_MAX pieces per call; short writes resumed)."""
@@ -297,11 +320,20 @@ class LogSegment:
                 os.rename(path, path + DELETED_SUFFIX)
         self.deleted = True
 
+    def replaced(self) -> None:
+        """A cleaned segment now has this one's names (cleaning_swap.py): this one's files are
+        reachable only through its open descriptors, and :meth:`remove_files` leaves the
+        names alone."""
+        self.deleted = True
+        self._owns_files = False
+
     def remove_files(self) -> None:
         """Unlink the files: the ``*.deleted`` names once renamed (a live segment with the same
         base offset may exist by then), else the live names. Call after :meth:`close`."""
+        if not self._owns_files:
+            return
         for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
-            path = segment_path(self.directory, self.base_offset, suffix)
+            path = segment_path(self.directory, self.base_offset, suffix) + self.name_suffix
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path + DELETED_SUFFIX if self.deleted else path)
 

@@ -82,6 +82,21 @@ class SegmentList:
                 segment.rename_for_deletion()
                 self._retired.append((close_after_ms, segment))
 
+    def replace(self, group: list[LogSegment], cleaned: LogSegment, close_after_ms: int) -> None:
+        """The log cleaner's swap (cleaning_swap.py): ``cleaned`` takes the place of the
+        consecutive ``group``, whose first segment's names it already has; the others are
+        renamed ``*.deleted``. All are retired like retention's (closed after the delay, so a
+        ReadSlice in flight stays valid). Raises StorageError."""
+        i = self._segments.index(group[0])
+        self._segments[i : i + len(group)] = [cleaned]
+        self._bases[i : i + len(group)] = [cleaned.base_offset]
+        group[0].replaced()
+        self._retired.append((close_after_ms, group[0]))
+        with storage_errors(self.directory, "rename cleaned-away segments in"):
+            for segment in group[1:]:
+                segment.rename_for_deletion()
+                self._retired.append((close_after_ms, segment))
+
     def close_due(self, now_ms: int) -> None:
         """Close and remove retired segments whose delay has passed."""
         due = [s for t, s in self._retired if t <= now_ms]

@@ -24,10 +24,13 @@ _CRC_START = rb.CRC_START
 
 
 def validate_append(
-    view: memoryview, *, path: str, segment_bytes: int, max_message_bytes: int
+    view: memoryview, *, path: str, segment_bytes: int, max_message_bytes: int,
+    produced: bool = True,
 ) -> tuple[list[tuple[int, int, int, int]], int, int]:
     """Return ``(spans, records, offsets)``: per batch ``(position, size, last_offset_delta,
     max_timestamp)``, the record count and the number of offsets the append takes.
+    ``produced=False``: a follower's copy of its leader's batches, which a compacted leader
+    may have emptied or thinned (``check_batch``'s rules: fewer records than offsets).
     Raises CorruptRecordError or RecordTooLargeError naming the batch and the numbers."""
     n = len(view)
     if n == 0:
@@ -46,7 +49,9 @@ def validate_append(
         if size > max_message_bytes:
             raise RecordTooLargeError(path=path, what=f"batch {len(spans)}", size=size,
                                       limit=max_message_bytes, setting="max.message.bytes")
-        if count < 1 or delta != count - 1 or crc32c(view[pos + _CRC_START : pos + size]) != crc:
+        if (count < 1 or delta != count - 1) and (produced or count < 0 or delta < count - 1):
+            _fail(view, pos, path, len(spans))
+        if crc32c(view[pos + _CRC_START : pos + size]) != crc:
             _fail(view, pos, path, len(spans))
         spans.append((pos, size, delta, max_ts))
         records += count

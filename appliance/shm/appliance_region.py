@@ -24,7 +24,7 @@ import time
 
 from .layout import Geometry, WorkerState
 from .partition_table import SlotsFullError
-from .region import Region, attach_region, create_region, region_name
+from .region import Region, attach_region, create_region, refuse_if_in_use, region_name
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +71,12 @@ class ApplianceRegion:
                                       state=WorkerState.EMPTY, restarts=0, started_at_ms=0,
                                       log_dir=os.path.abspath(log_dir))
         return cls(region)
+
+    @staticmethod
+    def refuse_if_running(config) -> None:
+        """The supervisor, before it waits for its log dirs: RegionInUseError at once if a live
+        appliance has this config (touches nothing)."""
+        refuse_if_in_use(region_name_for(config))
 
     @classmethod
     def attach(cls, name: str, *, read_only: bool = False) -> ApplianceRegion:

@@ -189,6 +189,25 @@ def attach_region(name: str, *, read_only: bool = False) -> Region:
     return Region(name, buf, header, read_only=read_only)
 
 
+def refuse_if_in_use(name: str) -> None:
+    """Raise RegionInUseError if a live supervisor holds region ``name``; change nothing.
+
+    For a supervisor about to wait for its log dirs' locks (appliance/log_dir_lock.py): an
+    appliance running with the same config will not go away, so waiting would only delay the
+    refusal. A region that is absent, unreadable or a dead supervisor's is not in use here;
+    `create_region` decides about it once the locks are held."""
+    try:
+        region = attach_region(name, read_only=True)
+    except RegionError:
+        return
+    header = region.header
+    region.close()
+    if process_alive(header.supervisor_pid, header.supervisor_start_ticks):
+        raise RegionInUseError(f"an appliance with this config is already running, pid "
+                               f"{header.supervisor_pid} (shared memory {name})",
+                               header.supervisor_pid)
+
+
 def unlink_region(name: str) -> bool:
     """Remove the name; False if it was already gone."""
     try:

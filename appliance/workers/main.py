@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import signal
 import socket
 import sys
@@ -60,12 +61,16 @@ async def _serve(worker: Worker, sock, control: ControlPlaneClient, region) -> i
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
 
+    orphaned = False
+
     def pump_control():
+        nonlocal orphaned
         try:
             control.pump()
         except ControlChannelError as exc:
             log.error("worker %d: %s; stopping", worker.index, exc)
             loop.remove_reader(control.sock.fileno())
+            orphaned = True
             stop.set()
 
     control.sock.setblocking(False)
@@ -79,6 +84,16 @@ async def _serve(worker: Worker, sock, control: ControlPlaneClient, region) -> i
     await stop.wait()
     heartbeat.cancel()
     region.worker_stopping(worker.index)
+    if orphaned:
+        # No supervisor bounds this stop, and the log dirs' .lock is held until this process
+        # exits (a new appliance waits for it): the stop gets the supervisor's bound, kept by
+        # the kernel since the stop's closing and flushing are blocking calls. SIGALRM's
+        # default action ends the worker as a kill -9 would; what it acknowledged is on disk
+        # or in the page cache.
+        bound_s = max(1, math.ceil(worker.config.shutdown_timeout_ms / 1000))
+        log.warning("worker %d: stopping without a supervisor, within %d s", worker.index,
+                    bound_s)
+        signal.alarm(bound_s)
     await worker.stop()
     return OK
 

@@ -139,6 +139,7 @@ class MetricsPublisher:
         lag = worker.groups.lag.latest
         document = worker.statistics.document(worker.guard.stats, lag,
                                               worker.replication.follower_lags())
+        document["cleaner"] = worker.cleaner.stats.document()
         now_ms = int(self.clock() * 1000)
         try:
             worker.region.metrics.publish(worker.index, document, now_ms)
@@ -148,6 +149,7 @@ class MetricsPublisher:
                 log.warning("worker %d: metrics document too large (%s): publishing the lag "
                             "report without its partitions", worker.index, exc)
             document["followers"] = []
+            document["cleaner"]["dirty_ratios"] = []
             if lag is not None:
                 document["lag"] = {**lag, "groups": [{**g, "partitions": []}
                                                      for g in lag["groups"]]}

@@ -5,7 +5,7 @@ the only writer of the partitions it owns. It learns topics and placement from i
 (a `ControlPlane`: the supervisor's, over the control channel) and follows its decisions:
 opening logs for new partitions it owns, deleting those of deleted topics.
 Background duties run on the same loop: retention every `log.retention.check.interval.ms`,
-and time-based flushes.
+time-based flushes, and the log cleaner of compacted topics (its CPU work in a thread).
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from appliance.workers.groups.coordinator import GroupCoordinator
 from appliance.workers.groups.offsets_log import OFFSETS_TOPIC
 from appliance.workers.handlers import HANDLERS
 from appliance.workers.handlers.api_versions import advertised_versions
+from appliance.workers.log_cleaner import LogCleaner
 from appliance.workers.replication.context import ReplicaContext
 from appliance.workers.replication.dialing import LinkSecurity, link_security
 from appliance.workers.replication.manager import ReplicaManager
@@ -88,6 +89,8 @@ class Worker:
             link_security=self._link_security()), config.log_defaults)
         self.partitions = self.replication.replicas
         self.groups = GroupCoordinator(self)
+        # compacted topics: cleans this worker's partitions in a thread pool of its own
+        self.cleaner = LogCleaner(self.partitions, self.log_dir, config, clock=clock)
         self.transactions = TransactionCoordinator(self, self._marker_security())
         self.handlers = dict(HANDLERS)
         self.advertised_api_versions = advertised_versions(set(self.handlers))
@@ -303,7 +306,8 @@ class Worker:
         self._tasks = [asyncio.ensure_future(self._retention_loop()),
                        asyncio.ensure_future(self._flush_loop()),
                        asyncio.ensure_future(self._close_idle_connections()),
-                       asyncio.ensure_future(MetricsPublisher(self).run())]
+                       asyncio.ensure_future(MetricsPublisher(self).run()),
+                       asyncio.ensure_future(self.cleaner.run())]
         self.replication.start()
         self.groups.start()  # after the roles: it coordinates what it leads
         self.transactions.start()

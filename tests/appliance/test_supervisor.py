@@ -41,9 +41,10 @@ def fetch_raw(port, topic, partition, offset=0):
     return answer
 
 
-def produce_acked(bootstrap, topic, count, prefix, duration_s=None):
+def produce_acked(bootstrap, topic, count, prefix, duration_s=None, errors=None):
     """An acks=all idempotent producer; returns the values whose delivery was acknowledged.
-    With `duration_s`, `count` messages are spread over that many seconds."""
+    With `duration_s`, `count` messages are spread over that many seconds; `errors` (a
+    Counter) counts the failed deliveries by error name."""
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all",
                          "enable.idempotence": True, "linger.ms": 2,
                          "message.timeout.ms": 60000})
@@ -51,6 +52,8 @@ def produce_acked(bootstrap, topic, count, prefix, duration_s=None):
 
     def report(err, msg):
         (failed if err else acked).append(msg.value())
+        if err and errors is not None:
+            errors[err.name()] += 1
 
     started = time.monotonic()
     for i in range(count):

@@ -49,7 +49,7 @@ def test_topics_create_list_describe_delete(appliance):
 
     again = klog("topics", *bootstrap, "create", "orders")
     assert again.returncode == 1 and "TOPIC_ALREADY_EXISTS" in again.stderr
-    bad = klog("topics", *bootstrap, "create", "x", "--config", "cleanup.policy=compact")
+    bad = klog("topics", *bootstrap, "create", "x", "--config", "cleanup.policy=shrink")
     assert bad.returncode == 1 and "cleanup.policy" in bad.stderr
 
     assert klog("topics", *bootstrap, "delete", "orders").returncode == 0

@@ -66,13 +66,23 @@ def _nspawn_pids() -> list[int]:
     return pids
 
 
+def _running(pid: int) -> bool:
+    """The process exists and has not exited: an exited child that its parent has not waited
+    for yet (a zombie, such as a Fleet's own systemd-nspawn) keeps its /proc entry."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2:].split()[0] != "Z"
+
+
 def _stop_pids(pids: list[int], timeout_s: float = 20) -> None:
     """Ask containers to power off (SIGTERM to nspawn), then kill those that linger."""
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in pids):
+    while time.monotonic() < deadline and any(_running(p) for p in pids):
         time.sleep(0.2)
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
@@ -207,6 +217,11 @@ class Fleet:
         return (self.workdir / f"{host.name}.console").read_text(errors="replace")[-3000:]
 
     def close(self) -> None:
+        """Every host killed, then its network, then its overlay. Nothing of a host outlives
+        the test, so a clean power-off (its services stopped one by one) buys nothing."""
+        for host in self.hosts:
+            # the container's init included: its systemd-nspawn then exits at once
+            _kill_namespace(host.namespace)
         running = [h.process for h in self.hosts if h.process and h.process.poll() is None]
         _stop_pids([p.pid for p in running])
         for process in running:

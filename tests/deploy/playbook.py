@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,6 +68,9 @@ def run_playbook(inventory_path: Path, log: Path, *args: str, timeout_s: float =
     """ansible-playbook; a failed run raises with the end of its output."""
     env = {**os.environ, "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1",
            "ANSIBLE_PIPELINING": "1", "ANSIBLE_HOST_KEY_CHECKING": "False",
+           # Ansible's ssh arguments less -C: compressing the module payloads and wheels for
+           # a veth costs the shared cores and saves nothing
+           "ANSIBLE_SSH_ARGS": "-o ControlMaster=auto -o ControlPersist=60s",
            "ANSIBLE_LOCAL_TEMP": str(log.parent / "ansible-local"),
            "PATH": f"{ANSIBLE_PLAYBOOK.parent}:{os.environ.get('PATH', '')}"}
     started = time.monotonic()
@@ -85,7 +89,15 @@ def run_playbook(inventory_path: Path, log: Path, *args: str, timeout_s: float =
 
 def wipe(fleet: Fleet) -> None:
     """Undo a deployment an earlier module made on the hosts (services stopped, klog's config,
-    data and ZooKeeper's data gone), so the next deploys a fresh fleet; klog's venv stays."""
-    for host in fleet.hosts:
-        host.ssh(fleet.key, "systemctl stop klog-appliance zookeeper 2>/dev/null; "
-                 "rm -rf /etc/klog /srv/klog /var/lib/zookeeper/version-2; true")
+    data and ZooKeeper's data gone), so the next deploys a fresh fleet; klog's venv stays.
+
+    The services are killed, not stopped (their data goes next, so a clean stop keeps
+    nothing), on every host at once: stopping them one host after the other took 35 s, the
+    appliances waiting on ZooKeeper ensembles that were stopping too. A killed appliance
+    leaves its shared-memory regions: they go with the data."""
+    with ThreadPoolExecutor(len(fleet.hosts)) as pool:
+        list(pool.map(lambda host: host.ssh(
+            fleet.key, "systemctl kill --signal=KILL klog-appliance zookeeper 2>/dev/null; "
+            "systemctl stop klog-appliance zookeeper 2>/dev/null; "
+            "rm -rf /etc/klog /srv/klog /var/lib/zookeeper/version-2 /dev/shm/klog-*; true"),
+            fleet.hosts))

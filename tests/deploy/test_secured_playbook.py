@@ -7,17 +7,21 @@ SCRAM-SHA-512, and Kafka's ACLs are on. Then, from outside the hosts: a user of 
 with the deployed CA produces (acks=all, so through the replicas' SASL_SSL links) and consumes
 in a group once the admin has granted it ACLs with `klog acls` (as the README shows); clients
 without the right credentials or CA get nothing; a ZooKeeper client without klog's digest
-cannot change klog's znodes nor read its users; a second run changes nothing, nor does
---check, and no run prints a password.
+cannot change klog's znodes nor read its users; a second run changes only the setting it
+changed on one host and restarts that appliance only, --check --diff changes nothing, and no
+run prints a password. This module deploys first on the booted hosts (conftest.py says why);
+the plaintext fleet's module takes the kill and the rolling upgrade.
 """
 
 from __future__ import annotations
 
+import json
 import socket
 import ssl
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
@@ -27,7 +31,7 @@ from kazoo.exceptions import NoAuthError
 from kazoo.security import OPEN_ACL_UNSAFE
 
 from tests.conftest import REPO
-from tests.deploy.playbook import FIGURES, inventory, run_playbook, wipe
+from tests.deploy.playbook import FIGURES, PROPERTIES, inventory, run_playbook, wipe
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow, pytest.mark.timeout(1200)]
 
@@ -178,15 +182,22 @@ def refusal(config: dict) -> list:
 
 
 def test_clients_without_the_right_credentials_or_ca_get_nothing(secured):
-    # plaintext on the SASL_SSL port: the TLS server never answers a Kafka request
-    refusal({"bootstrap.servers": secured.bootstrap})
-    # a wrong password, an unknown user: SASL_AUTHENTICATION_FAILED, then the connection closes
-    for user, password in (("alice", "not-alice-pw"), ("mallory", "whatever")):
-        errors = refusal(secured.client(user, password))
-        assert any(e.code() == KafkaError._AUTHENTICATION for e in errors), errors
-    # TLS without the fleet's CA: the client refuses the appliances' certificates
-    errors = refusal(secured.client("alice", **{"ssl.ca.location": "probe"}))
-    assert errors
+    clients = {
+        # plaintext on the SASL_SSL port: the TLS server never answers a Kafka request
+        "plaintext": {"bootstrap.servers": secured.bootstrap},
+        # a wrong password, an unknown user: SASL_AUTHENTICATION_FAILED, then the connection
+        # closes
+        "wrong password": secured.client("alice", "not-alice-pw"),
+        "unknown user": secured.client("mallory", "whatever"),
+        # TLS without the fleet's CA: the client refuses the appliances' certificates
+        "no CA": secured.client("alice", **{"ssl.ca.location": "probe"}),
+    }
+    # each refusal is a wait of its own (the listing's timeout): side by side, not in turn
+    with ThreadPoolExecutor(len(clients)) as pool:
+        errors = dict(zip(clients, pool.map(refusal, clients.values())))
+    for what in ("wrong password", "unknown user"):
+        assert any(e.code() == KafkaError._AUTHENTICATION for e in errors[what]), errors[what]
+    assert errors["no CA"]
 
 
 def test_zookeeper_without_klogs_digest_cannot_change_klogs_znodes(secured):
@@ -220,12 +231,37 @@ def test_zookeeper_without_klogs_digest_cannot_change_klogs_znodes(secured):
         owner.stop()
 
 
-def test_a_second_secured_run_changes_nothing_and_check_mode_agrees(secured):
+def test_a_second_run_changes_a_setting_on_one_host_only_and_check_mode_agrees(secured):
+    """The second run carries one host's changed setting: exactly that host's server.properties
+    and its restart change (changed=2), so every other task, on every host, is idempotent (a
+    run without the change repeats the same tasks and proves nothing more); only that appliance
+    restarts; --check --diff then changes nothing, and no run prints a password. The plaintext
+    fleet (test_cluster_playbook.py) runs the same tasks less the security ones."""
+    def main_pids() -> dict[str, str]:
+        return {h.name: secured.ssh(h, "systemctl show -p MainPID --value klog-appliance")
+                for h in secured.fleet.hosts}
+
+    pids = main_pids()
+    text = secured.inventory.read_text()
+    # a host's own klog_appliance_properties replace the fleet's: repeat them, plus one key
+    own = ", ".join(f"{k}: {v}" for k, v in {**PROPERTIES, "log.retention.hours": 72}.items())
+    secured.inventory.write_text(text.replace(
+        "klog_appliance_broker_id: 3,",
+        f"klog_appliance_broker_id: 3, klog_appliance_properties: {{{own}}},"))
     second = run_playbook(secured.inventory, secured.booted.log, *secured.booted.wheels)
-    FIGURES["secured second run (s)"] = second.seconds
-    assert second.changed == {"localhost": 0, "h1": 0, "h2": 0, "h3": 0}, second.output[-3000:]
+    FIGURES["secured second run, one setting changed (s)"] = second.seconds
+    assert second.changed == {"localhost": 0, "h1": 0, "h2": 0, "h3": 2}, second.output[-3000:]
+    h3 = secured.fleet.hosts[2]
+    assert "log.retention.hours=72" in secured.ssh(h3, "cat /etc/klog/server.properties")
+    after = main_pids()
+    assert after["h1"] == pids["h1"] and after["h2"] == pids["h2"]
+    assert after["h3"] != pids["h3"], "the handler did not restart h3's appliance"
+    status = json.loads(secured.ssh(h3, "/opt/klog/venv/bin/klog cluster status --config "
+                                        "/etc/klog/server.properties --json"))
+    assert len(status["appliances"]["3"]["nodes"]) == 1
     check = run_playbook(secured.inventory, secured.booted.log, *secured.booted.wheels,
                          "--check", "--diff")
+    FIGURES["secured --check --diff run (s)"] = check.seconds
     assert check.changed == {"localhost": 0, "h1": 0, "h2": 0, "h3": 0}, check.output[-3000:]
     for secret in [*PASSWORDS.values(), DIGEST.split(":")[1]]:
         assert secret not in secured.first_run.output + second.output + check.output

@@ -241,3 +241,18 @@ def test_the_appliance_calls(tmp_path):
     finally:
         appliance.unlink()
     assert _dev_shm(name) not in shm_names()
+
+
+def test_refuse_if_in_use_asks_without_reclaiming(shm_name):
+    """What the supervisor asks before it waits for its log dirs' locks: a live creator is
+    refused at once; a dead one's region is left for create_region to reclaim later."""
+    region.refuse_if_in_use(shm_name)  # nothing there: not in use
+    proc = _start_creator(shm_name)
+    try:
+        with pytest.raises(RegionInUseError, match=f"already running, pid {proc.pid}"):
+            region.refuse_if_in_use(shm_name)
+    finally:
+        proc.kill()
+        proc.wait()
+    region.refuse_if_in_use(shm_name)  # its creator is dead
+    assert _dev_shm(shm_name) in shm_names(), "asking must not unlink it"

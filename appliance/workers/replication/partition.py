@@ -49,6 +49,7 @@ from appliance.workers.replication.producer_state import ProducerStates, Verdict
 from appliance.workers.replication.role import Role
 from klog.protocol.error_codes import ErrorCode
 from klog.protocol.record_batch import CorruptBatchError, scan_batches
+from klog.protocol.record_keys import keyless_batch_index
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +155,10 @@ class Partition:
         if any(h.is_control for h in headers):
             return AppendOutcome(ErrorCode.INVALID_RECORD,
                                  message="a client may not append control batches")
+        if self.log.config.compact:
+            refused = self._keyless_refusal(records)
+            if refused is not None:
+                return refused
         producers = self.producers
         verdicts = [producers.check(h, guard) for h in headers]
         if len(headers) == 1 and verdicts[0][0] is Verdict.DUPLICATE:
@@ -190,6 +195,19 @@ class Partition:
         self._context.waiters.notify(*self.key)
         return self._appended(info.base_offset, info.last_offset, info.log_append_time_ms,
                               required_acks, timeout_ms)
+
+    def _keyless_refusal(self, records) -> AppendOutcome | None:
+        """A compacted topic keeps the latest record per key: a record without a key has no
+        place in it (Kafka's INVALID_RECORD, checked per batch before anything is written)."""
+        try:
+            keyless = keyless_batch_index(records)
+        except CorruptBatchError as exc:
+            return AppendOutcome(ErrorCode.CORRUPT_MESSAGE, message=str(exc))
+        if keyless is None:
+            return None
+        return AppendOutcome(ErrorCode.INVALID_RECORD, message=(
+            f"Compacted topic cannot accept message without key in topic partition "
+            f"{self.topic}-{self.index}."))
 
     def _appended(self, base_offset: int, last_offset: int, append_time_ms: int,
                   required_acks: int, timeout_ms: int) -> AppendOutcome:

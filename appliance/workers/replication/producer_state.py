@@ -179,6 +179,13 @@ class ProducerStates:
     def __len__(self) -> int:
         return len(self._producers)
 
+    def last_batch_offsets(self) -> dict[int, int]:
+        """producer id -> last offset of its last data batch: the log cleaner keeps that
+        batch (empty if need be), so the producer's epoch and sequence survive compaction
+        (Kafka's lastRecordsOfActiveProducers)."""
+        return {pid: entry.batches[-1].last_offset
+                for pid, entry in self._producers.items() if entry.batches}
+
     def next_sequence(self, producer_id: int, producer_epoch: int) -> int:
         """The base sequence `check` accepts next from this producer at this epoch: the group
         coordinator writes a producer's transactional offsets (TxnOffsetCommit) in batches of
