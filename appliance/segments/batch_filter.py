@@ -3,13 +3,11 @@
 A batch keeps what it was: its base offset, last offset delta (so a producer's sequence
 still ends where it did), base timestamp, attributes, producer id, epoch and base sequence,
 and partition leader epoch. Because base offset and base timestamp stay, each retained
-record is encoded again with its own deltas, headers and all (the same bytes: the encoding is
-canonical); only the record count, the max timestamp (CreateTime: the retained records'
-largest) and the CRC are new, and a compressed batch is compressed again with its codec. A
-batch that keeps every record is copied whole. Records are decoded and encoded by the
-compiled codec when it is built (``records_codec``: one C call per batch to decode), which
-is most of the cleaner's CPU. Which records stay is decided by ``key_passes`` (compiled: one
-C call per batch, no record tuple, the kept records' bytes copied as they are).
+record keeps its bytes, deltas, headers and all (``key_passes``: copied as they lie by the
+compiled pass, one C call per batch, when they are what encoding the record again gives;
+decoded and encoded again by the pure path otherwise); only the record count, the max
+timestamp (CreateTime: the retained records' largest) and the CRC are new, and a compressed
+batch is compressed again with its codec. A batch that keeps every record is copied whole.
 
 Which records stay (Kafka's ``shouldRetainRecord``): a record past what the offset map covers;
 a record whose key maps to its own offset or an earlier one (the key's latest); not a
@@ -49,21 +47,20 @@ class Retention(NamedTuple):
 def filter_batch(buf, pos: int, header: rb.BatchHeader, rules: Retention) -> bytes | None:
     """The batch at ``pos`` as the cleaner keeps it: the same bytes, fewer records, an empty
     header, or None (dropped)."""
-    whole = bytes(buf[pos : pos + header.size])
     keep_header = rules.last_batch_of_producer.get(header.producer_id) == header.last_offset
     if header.is_control:
         empty = rules.transactions.on_marker(header.last_offset, header.producer_id,
                                              is_commit(buf, pos, header))
         if empty and header.max_timestamp < rules.delete_horizon_ms and not keep_header:
             return None
-        return whole
+        return bytes(buf[pos : pos + header.size])
     if rules.transactions.on_batch(header.last_offset, header.producer_id,
                                    header.is_transactional):
         return _empty(header) if keep_header else None
     kept, body, max_ts = kept_records(buf, pos, header, rules.offset_map,
                                       rules.delete_horizon_ms)
     if kept == header.records_count:
-        return whole
+        return bytes(buf[pos : pos + header.size])
     if not kept:
         return _empty(header) if keep_header else None
     if header.codec:
