@@ -3,12 +3,11 @@
 A batch keeps what it was: its base offset, last offset delta (so a producer's sequence
 still ends where it did), base timestamp, attributes, producer id, epoch and base sequence,
 and partition leader epoch. Because base offset and base timestamp stay, each retained
-record is encoded again with its own deltas, headers and all (the same bytes: the encoding is
-canonical); only the record count, the max timestamp (CreateTime: the retained records'
-largest) and the CRC are new, and a compressed batch is compressed again with its codec. A
-batch that keeps every record is copied whole. Records are decoded and encoded by the
-compiled codec when it is built (``records_codec``: one C call per batch to decode), which
-is most of the cleaner's CPU.
+record keeps its bytes, deltas, headers and all (``key_passes``: copied as they lie by the
+compiled pass, one C call per batch, when they are what encoding the record again gives;
+decoded and encoded again by the pure path otherwise); only the record count, the max
+timestamp (CreateTime: the retained records' largest) and the CRC are new, and a compressed
+batch is compressed again with its codec. A batch that keeps every record is copied whole.
 
 Which records stay (Kafka's ``shouldRetainRecord``): a record past what the offset map covers;
 a record whose key maps to its own offset or an earlier one (the key's latest); not a
@@ -28,9 +27,8 @@ from typing import NamedTuple
 
 from klog.protocol import record_batch as rb
 from klog.protocol.compression import compress
-from klog.protocol.records import records_section
-from klog.protocol.records_codec import decode_records, encode_one
 
+from .key_passes import batch_records, kept_records
 from .offset_map import OffsetMap
 from .txn_cleaning import CleanedTransactions
 
@@ -49,48 +47,26 @@ class Retention(NamedTuple):
 def filter_batch(buf, pos: int, header: rb.BatchHeader, rules: Retention) -> bytes | None:
     """The batch at ``pos`` as the cleaner keeps it: the same bytes, fewer records, an empty
     header, or None (dropped)."""
-    whole = bytes(buf[pos : pos + header.size])
     keep_header = rules.last_batch_of_producer.get(header.producer_id) == header.last_offset
     if header.is_control:
         empty = rules.transactions.on_marker(header.last_offset, header.producer_id,
                                              is_commit(buf, pos, header))
         if empty and header.max_timestamp < rules.delete_horizon_ms and not keep_header:
             return None
-        return whole
+        return bytes(buf[pos : pos + header.size])
     if rules.transactions.on_batch(header.last_offset, header.producer_id,
                                    header.is_transactional):
         return _empty(header) if keep_header else None
-    records = batch_records(buf, pos, header)
-    kept = [r for r in records if _retained(r, header, rules)]
-    if len(kept) == len(records):
-        return whole
+    kept, body, max_ts = kept_records(buf, pos, header, rules.offset_map,
+                                      rules.delete_horizon_ms)
+    if kept == header.records_count:
+        return bytes(buf[pos : pos + header.size])
     if not kept:
         return _empty(header) if keep_header else None
-    return _rebuilt(header, kept)
-
-
-def batch_records(buf, pos: int, header: rb.BatchHeader) -> list:
-    """The records of the batch at ``pos``, timestamps as encoded (base + delta, also under
-    LogAppendTime). Raises CorruptBatchError."""
-    data, start, end = records_section(buf, pos, header)
-    return decode_records(data, start, end, header.records_count, header.base_offset,
-                          header.base_timestamp)
-
-
-def _retained(record, header: rb.BatchHeader, rules: Retention) -> bool:
-    key = record[2]
-    if key is None:
-        return False
-    offset = record[0]
-    offset_map = rules.offset_map
-    if offset > offset_map.latest_offset:
-        return True
-    if offset_map.offsets.get(key, -1) > offset:
-        return False
-    if record[3] is None:
-        timestamp = header.max_timestamp if header.log_append_time else record[1]
-        return timestamp >= rules.delete_horizon_ms
-    return True
+    if header.codec:
+        body = compress(header.codec, body)
+    max_timestamp = header.max_timestamp if header.log_append_time else max_ts
+    return _assemble(header, header.attributes, max_timestamp, kept, body)
 
 
 def is_commit(buf, pos: int, header: rb.BatchHeader) -> bool:
@@ -98,21 +74,6 @@ def is_commit(buf, pos: int, header: rb.BatchHeader) -> bool:
     records = batch_records(buf, pos, header)
     key = records[0][2] if records else None
     return key is not None and len(key) >= 4 and _MARKER_TYPE.unpack_from(key, 2)[0] == 1
-
-
-def _rebuilt(header: rb.BatchHeader, kept: list) -> bytes:
-    base, base_ts = header.base_offset, header.base_timestamp
-    parts = []
-    for offset, timestamp, key, value, headers in kept:
-        prefix, body, _ = encode_one(offset - base, timestamp, base_ts, key, value, headers,
-                                     None)
-        parts += (prefix, body)
-    body = b"".join(parts)
-    if header.codec:
-        body = compress(header.codec, body)
-    max_timestamp = header.max_timestamp if header.log_append_time else max(
-        r[1] for r in kept)
-    return _assemble(header, header.attributes, max_timestamp, len(kept), body)
 
 
 def _empty(header: rb.BatchHeader) -> bytes:

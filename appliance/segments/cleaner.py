@@ -39,9 +39,10 @@ from typing import NamedTuple
 from klog.protocol import record_batch as rb
 
 from . import cleaning_plan, cleaning_swap, faults, txn_index
-from .batch_filter import Retention, batch_records, filter_batch, is_commit
+from .batch_filter import Retention, filter_batch, is_commit
 from .config import LogConfig
 from .errors import CorruptRecordError, storage_errors
+from .key_passes import map_batch
 from .layout import TXN_INDEX_SUFFIX, segment_path
 from .offset_map import OffsetMap
 from .segment import LogSegment
@@ -248,18 +249,9 @@ def _build_map(job: CleaningJob, offset_map: OffsetMap, settings: CleanerSetting
                 continue
             if not offset_map.room_for(header.records_count):
                 return max(header.base_offset, first_dirty)
-            _map_batch(buf, pos, header, offset_map, first_dirty)
+            map_batch(buf, pos, header, offset_map, first_dirty)
         mapped_through = source.next_offset
     return mapped_through
-
-
-def _map_batch(buf, pos: int, header: rb.BatchHeader, offset_map: OffsetMap,
-               first_dirty: int) -> None:
-    offsets = offset_map.offsets
-    for record in batch_records(buf, pos, header):
-        key = record[2]
-        if key is not None and record[0] >= first_dirty:
-            offsets[key] = record[0]
 
 
 # -- rewriting -------------------------------------------------------------------------------

@@ -9,7 +9,8 @@
  * the reference's by construction, and the C stays a plain fast path.
  *
  * Files: this one (the module, KLOG_PURE_PYTHON), _recordsc_encode.c, _recordsc_decode.c
- * (records or columns), _recordsc.h (varints, shared by both).
+ * (records or columns), _recordsc_keys.c (the log cleaner's key passes), _recordsc.h (varints,
+ * shared by all).
  *
  * Per batch, not per record: one call encodes a whole list of records into one bytes object
  * (two passes: sizes, then one allocation and the writes), and one call decodes a whole records
@@ -49,7 +50,28 @@ PyDoc_STRVAR(decode_columns_doc,
 "and a list, see records_columns.py); None, with nothing appended, when the bytes need the\n"
 "pure decoder's verdict.");
 
+PyDoc_STRVAR(key_digest_doc,
+"key_digest(key, sip_key, outlen) -> bytes\n\n"
+"SipHash-2-4 of key under the 16-byte sip_key, outlen 8 or 16 bytes (the cleaner's digest).");
+
+PyDoc_STRVAR(map_keys_doc,
+"map_keys(data, start, end, count, base_offset, base_ts, first_dirty, offsets, sip_key)\n"
+"    -> True | None\n\n"
+"offsets[digest of key] = offset for each keyed record at or past first_dirty; None, with\n"
+"nothing changed, when the bytes need the pure decoder's verdict.");
+
+PyDoc_STRVAR(kept_records_doc,
+"kept_records(data, start, end, count, base_offset, base_ts, latest_offset, offsets,\n"
+"             sip_key, horizon, log_append_time, max_timestamp)\n"
+"    -> (kept, body | None, max_ts) | None\n\n"
+"The records the cleaner keeps: their count, their bytes back to back (None when all or\n"
+"none stay) and their largest timestamp; None when the pure path must answer.");
+
 static PyMethodDef methods[] = {
+    {"key_digest", (PyCFunction)(void (*)(void))klog_key_digest, METH_FASTCALL, key_digest_doc},
+    {"map_keys", (PyCFunction)(void (*)(void))klog_map_keys, METH_FASTCALL, map_keys_doc},
+    {"kept_records", (PyCFunction)(void (*)(void))klog_kept_records, METH_FASTCALL,
+     kept_records_doc},
     {"encode_records", (PyCFunction)(void (*)(void))klog_encode_records, METH_FASTCALL,
      encode_records_doc},
     {"encode_record", (PyCFunction)(void (*)(void))klog_encode_record, METH_FASTCALL,

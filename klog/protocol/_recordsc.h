@@ -1,5 +1,5 @@
 /* Shared by the compiled records codec's files (see _recordsc.c): zig-zag varints, the
- * outcome codes, and the four functions the module exports. */
+ * outcome codes, and the functions the module exports. */
 #ifndef KLOG_RECORDSC_H
 #define KLOG_RECORDSC_H
 #define PY_SSIZE_T_CLEAN
@@ -82,5 +82,8 @@ PyObject *klog_encode_records(PyObject *self, PyObject *const *args, Py_ssize_t 
 PyObject *klog_encode_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *klog_decode_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *klog_decode_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *klog_key_digest(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *klog_map_keys(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *klog_kept_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 
 #endif

@@ -7,7 +7,9 @@ decoded batch); each has the signature and result of its pure twin in
 :mod:`~klog.protocol.records_encode` / :mod:`~klog.protocol.records_decode`.
 
 ``compiled_columns`` is the compiled columnar decoder, or None, for
-:mod:`klog.protocol.records_columns`.
+:mod:`klog.protocol.records_columns`; ``compiled_map_keys``, ``compiled_kept_records`` and
+``key_digest`` are the log cleaner's key passes (``_recordsc_keys.c``), or None, for
+:mod:`appliance.segments.key_passes`, which holds their pure path.
 
 The compiled codec (``klog.protocol._recordsc``, C, built by ``setup.py`` during ``pip install``)
 answers None for anything but plainly well-formed input, and these wrappers then ask the pure
@@ -39,12 +41,16 @@ else:
     else:
         FALLBACK_REASON = ""
 
-__all__ = ["FALLBACK_REASON", "IMPLEMENTATION", "compiled_columns", "decode_records",
-           "encode_all", "encode_one"]
+__all__ = ["FALLBACK_REASON", "IMPLEMENTATION", "compiled_columns", "compiled_kept_records",
+           "compiled_map_keys", "decode_records", "encode_all", "encode_one", "key_digest"]
 
 IMPLEMENTATION = "python" if _recordsc is None else "C"
 # the columnar decoder (klog.protocol.records_columns) has its pure path in its own module
 compiled_columns = None if _recordsc is None else _recordsc.decode_columns
+# the log cleaner's passes keep their pure path in appliance.segments.key_passes
+compiled_map_keys = None if _recordsc is None else _recordsc.map_keys
+compiled_kept_records = None if _recordsc is None else _recordsc.kept_records
+key_digest = None if _recordsc is None else _recordsc.key_digest
 
 if _recordsc is None:
     encode_one = records_encode.encode_one

@@ -1,0 +1,108 @@
+"""The cleaner's compiled key passes (klog/protocol/_recordsc_keys.c) against their pure path
+(appliance/segments/key_passes.py) on the same seeded inputs: the same kept records, bytes and
+timestamps per batch, and the same cleaned segments byte for byte. Skipped, saying so, when
+the compiled codec is not in use (KLOG_PURE_PYTHON=1 runs the pure path in every other test).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import pytest
+
+from appliance.segments import PartitionLog, cleaner
+from appliance.segments.cleaner import CleanerSettings, clean
+from appliance.segments.key_passes import kept_records, map_batch
+from appliance.segments.offset_map import DIGESTS_AVAILABLE, OffsetMap
+from klog.protocol import record_batch as rb
+from klog.protocol.records import build_batch
+from klog.protocol.records_codec import FALLBACK_REASON, key_digest
+
+from .logs import SMALL, write_updates
+
+pytestmark = pytest.mark.skipif(not DIGESTS_AVAILABLE, reason=FALLBACK_REASON)
+
+
+def test_the_digest_is_siphash_2_4():
+    """The reference vectors of SipHash-2-4 (key 00..0f; 64- and 128-bit outputs)."""
+    key = bytes(range(16))
+    assert key_digest(b"", key, 8).hex() == "310e0edd47db6f72"
+    assert key_digest(bytes(range(15)), key, 8).hex() == "e545be4961ca29a1"
+    assert key_digest(b"", key, 16).hex() == "a3817f04ba25a8e66df67214c7550293"
+
+
+def _random_batches(rng: random.Random, count: int) -> list[bytes]:
+    keys = [None, b"", b"k" * 300] + [b"key-%d" % n for n in range(12)]
+    batches, offset = [], 0
+    for _ in range(count):
+        records = []
+        for _ in range(rng.randrange(1, 9)):
+            headers = [(rng.choice(["h", "é", "日本"]), rng.choice([None, b"", b"v" * 200]))
+                       for _ in range(rng.choice([0, 0, 1, 3]))]
+            value = None if rng.random() < 0.2 else os.urandom(rng.choice([0, 5, 150]))
+            records.append((rng.randrange(0, 5_000), rng.choice(keys), value, headers))
+        batch = build_batch(records, base_offset=offset, codec=rng.choice([0, 0, 1]),
+                            timestamp_type=rng.choice([0, 0, 1]), now_ms=4_000)
+        batches.append(batch)
+        offset += len(records) + rng.choice([0, 0, 2])
+    return batches
+
+
+def _passes(batches: list[bytes], digests: bool, first_dirty: int, latest: int,
+            horizon: int) -> list:
+    offset_map = OffsetMap(1 << 20, digests=digests)
+    for batch in batches:
+        map_batch(batch, 0, rb.read_header(batch), offset_map, first_dirty)
+    offset_map.latest_offset = latest
+    out = []
+    for batch in batches:
+        kept, body, max_ts = kept_records(batch, 0, rb.read_header(batch), offset_map, horizon)
+        out.append((kept, body, max_ts if kept else None))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_both_paths_keep_the_same_records(seed):
+    rng = random.Random(seed)
+    batches = _random_batches(rng, 60)
+    last = rb.read_header(batches[-1]).last_offset
+    for _ in range(4):
+        args = (rng.randrange(0, last // 2), rng.randrange(last // 2, last + 1),
+                rng.choice([0, 2_500, 10_000]))
+        compiled = _passes(batches, True, *args)
+        assert compiled == _passes(batches, False, *args)
+        assert any(0 < kept < rb.read_header(b).records_count
+                   for (kept, _, _), b in zip(compiled, batches, strict=True))
+
+
+def test_bytes_the_encoder_would_not_write_take_the_pure_path():
+    """A record attributes byte that is not 0 is legal, but encoding the record again writes
+    0: the compiled pass declines the batch and the pure path re-encodes it."""
+    batch = bytearray(build_batch([(1, b"a", b"1", ()), (2, b"a", b"2", ()),
+                                   (3, b"b", b"3", ())]))
+    batch[rb.HEADER_BYTES + 1] = 0x05  # the first record's attributes (after a 1-byte length)
+    batch = bytes(batch)
+    results = [_passes([batch], digests, 0, 2, 0) for digests in (True, False)]
+    assert results[0] == results[1]
+    assert results[0][0][0] == 2
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_cleaned_log_is_the_same_bytes_on_both_paths(tmp_path, monkeypatch, seed):
+    logs = []
+    for digests in (True, False):
+        monkeypatch.setattr(cleaner, "OffsetMap",
+                            lambda size, d=digests: OffsetMap(size, digests=d))
+        directory = str(tmp_path / f"{digests}-0")
+        plog = PartitionLog.open(directory, SMALL, now_ms=0)
+        write_updates(plog, 600, 40, seed=seed, per_batch=5, codec=seed % 2,
+                      tombstone_every=7)
+        plog.roll(now_ms=2_000)
+        clean(plog, checkpoint=None, now_ms=2_500,
+              settings=CleanerSettings(dedupe_buffer_bytes=24 * 100 if seed == 2 else 1 << 20))
+        logs.append([Path(s.path).read_bytes() for s in plog.segments])
+        plog.close()
+    assert logs[0] == logs[1]
+    assert sum(map(len, logs[0])) > 0
