@@ -7,9 +7,10 @@ an appliance alone leads what it owns). The topic is created on first use, sprea
 workers (and, in cluster mode, replicated over ``offsets.topic.replication.factor``
 appliances) like any topic, so groups spread over the fleet's cores and disks.
 
-Leadership (``loading.py``): a partition this worker starts leading is loaded from its log
-(COORDINATOR_LOAD_IN_PROGRESS meanwhile), one it stops leading is unloaded at once (its
-members get NOT_COORDINATOR and find the new coordinator); only a leader holds groups.
+Leadership (``workers/coordinator_loads.py``, shared with the transaction coordinator): a
+partition this worker starts leading is loaded from its log (COORDINATOR_LOAD_IN_PROGRESS
+meanwhile), one it stops leading is unloaded at once (its members get NOT_COORDINATOR and find
+the new coordinator); only a leader holds groups.
 
 Writes: an OffsetCommit is one batch appended to the group's partition (stamped with the
 leader epoch by the replication role) and answered once the worker's group commit has made it
@@ -31,8 +32,10 @@ import logging
 from collections.abc import Iterable
 
 from appliance.identity import NODES_PER_APPLIANCE
+from appliance.workers.coordinator_loads import PartitionLoads
 from appliance.workers.groups.compaction import Compaction
 from appliance.workers.groups.coordination import (
+    ALONE,
     NotEnoughAppliances,
     commit_error,
     coordinator_epoch,
@@ -40,7 +43,6 @@ from appliance.workers.groups.coordination import (
 )
 from appliance.workers.groups.group import Group, GroupLimits
 from appliance.workers.groups.lag import LagReport
-from appliance.workers.groups.loading import PartitionLoads
 from appliance.workers.groups.offsets_log import (
     OFFSETS_TOPIC,
     Committed,
@@ -48,6 +50,7 @@ from appliance.workers.groups.offsets_log import (
     group_record,
     offset_record,
     partition_for,
+    replay,
 )
 from appliance.workers.groups.pending import PendingOffsets
 from appliance.workers.groups.state import GroupState
@@ -79,7 +82,10 @@ class GroupCoordinator:
         self.groups: dict[str, Group] = {}
         self.offsets: dict[str, dict[tuple[str, int], Committed]] = {}
         self.pending = PendingOffsets()  # transactional offsets waiting for their marker
-        self.loads = PartitionLoads(self)  # the partitions of __consumer_offsets served here
+        # the partitions of __consumer_offsets served here
+        self.loads = PartitionLoads(worker, OFFSETS_TOPIC, epoch_of=self.epoch_of,
+                                    new_state=LoadedPartition, replay=replay,
+                                    install=self.install, uninstall=self.drop)
         self.compaction = Compaction(self)
         self.lag = LagReport()
         self._task: asyncio.Task | None = None
@@ -166,14 +172,14 @@ class GroupCoordinator:
                 f"session timeout {timeout_ms} ms is outside "
                 f"[{config.group_min_session_timeout_ms}, {config.group_max_session_timeout_ms}]")
 
-    # -- leadership (loading.py) --------------------------------------------------------------
+    # -- leadership (coordinator_loads.py) ----------------------------------------------------
 
     def follow_leadership(self) -> None:
-        """Serve exactly the partitions this worker leads now (loading.py)."""
+        """Serve exactly the partitions this worker leads now (coordinator_loads.py)."""
         self.loads.follow()
 
-    def install(self, partition: int, plog, state: LoadedPartition) -> int:
-        """A partition's groups as its log rebuilt them; returns how many."""
+    def install(self, partition: int, epoch: int, plog, state: LoadedPartition) -> None:
+        """Serve a partition's groups as its log rebuilt them."""
         groups = state.build_groups(self.limits, self.worker.now_ms())
         for group_id, group in groups.items():
             group.on_change = self._persist_group
@@ -184,11 +190,13 @@ class GroupCoordinator:
         if held is not None:  # from now on its markers move the pending offsets
             held.on_marker = functools.partial(self.marker_landed, partition)
         self.compaction.loaded(partition, plog.size_bytes)
-        return len(groups)
+        log.info("worker %d loaded %s-%d: %d group(s) from %d record(s)%s", self.worker.index,
+                 OFFSETS_TOPIC, partition, len(groups), state.records,
+                 "" if epoch == ALONE else f", leader epoch {epoch}")
 
-    def drop(self, partition: int) -> int:
+    def drop(self, partition: int) -> None:
         """Forget a partition's groups (another node coordinates them now); members waiting
-        in a join or sync are answered NOT_COORDINATOR. Returns how many."""
+        in a join or sync are answered NOT_COORDINATOR."""
         self.compaction.forget(partition)
         info = self.worker.control.topic(OFFSETS_TOPIC)
         held = self.worker.partitions.get(OFFSETS_TOPIC, partition)
@@ -204,12 +212,12 @@ class GroupCoordinator:
                 group.on_change = lambda group: None
                 group.kill()
             self.offsets.pop(group_id, None)
-        return len(mine)
+        log.info("worker %d unloaded %s-%d: %d group(s)", self.worker.index, OFFSETS_TOPIC,
+                 partition, len(mine))
 
     def unload_all(self) -> None:
         """The internal topic was deleted: every group here is gone."""
-        for partition in list(self.loads.loaded) + list(self.loads.loading):
-            self.loads.unload(partition)
+        self.loads.unload_all()
         for group in self.groups.values():
             if group.state is not GroupState.DEAD:
                 group.kill()

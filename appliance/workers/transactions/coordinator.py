@@ -30,7 +30,7 @@ import asyncio
 import logging
 
 from appliance.identity import NODES_PER_APPLIANCE
-from appliance.segments.errors import OffsetOutOfRangeError, StorageError
+from appliance.workers.coordinator_loads import PartitionLoads
 from appliance.workers.groups.coordination import (
     ALONE,
     NotEnoughAppliances,
@@ -65,16 +65,27 @@ class TransactionCoordinator:
         self.ids: dict[str, TxnMetadata] = {}
         self.writing: set[str] = set()  # ids with a transition in flight
         self.inflight: dict[str, TxnMetadata] = {}  # their transitions, appended, not committed
-        self.loaded: dict[int, int] = {}  # partition -> leader epoch it is served in
-        self.loading: dict[int, tuple[int, asyncio.Future]] = {}
+        # the partitions of __transaction_state served here (``loaded``, ``loading``)
+        self.loads = PartitionLoads(worker, TRANSACTION_TOPIC, epoch_of=self.epoch_of,
+                                    new_state=LoadedTransactions, replay=replay,
+                                    install=self._install, uninstall=self._drop)
         self.completing: dict[str, asyncio.Task] = {}  # ids whose markers are being sent
         self.markers = MarkerSender(worker, security)
         self.verifier = TxnVerifier(worker, security)  # KIP-890: a leader's questions
         self.compaction = TxnCompaction(self)
-        self.running = False
         self._task: asyncio.Task | None = None
         self._next_abort_ms = 0
         self._next_expire_ms = 0
+
+    @property
+    def loaded(self) -> dict[int, int]:
+        """partition -> the leader epoch it is served in."""
+        return self.loads.loaded
+
+    @property
+    def loading(self) -> dict[int, tuple[int, asyncio.Future]]:
+        """partition -> (the leader epoch, the task loading it)."""
+        return self.loads.loading
 
     # -- placement ----------------------------------------------------------------------------
 
@@ -139,69 +150,26 @@ class TransactionCoordinator:
     # -- leadership -----------------------------------------------------------------------------
 
     def follow_leadership(self) -> None:
-        """Serve exactly the partitions this worker leads now (as ``groups/loading.py``)."""
-        info = self.worker.control.topic(TRANSACTION_TOPIC)
-        wanted = {} if info is None else {
-            p: epoch for p in range(info.partition_count)
-            if (epoch := self.epoch_of(info, p)) is not None}
-        for partition in [p for p in self.loaded if p not in wanted]:
-            self.unload(partition)
-        for partition, (epoch, _) in list(self.loading.items()):
-            if wanted.get(partition) != epoch:
-                self.unload(partition)
-        for partition, epoch in wanted.items():
-            if partition in self.loaded:
-                self.loaded[partition] = epoch
-            elif partition not in self.loading:
-                self._load(partition, epoch)
+        """Serve exactly the partitions this worker leads now (``coordinator_loads.py``)."""
+        self.loads.follow()
 
-    def _load(self, partition: int, epoch: int) -> None:
-        plog = self.worker.partitions.get(TRANSACTION_TOPIC, partition).log
-        if epoch == ALONE:
-            loaded = LoadedTransactions()
-            for _ in replay(plog, loaded):
-                pass
-            self._install(partition, epoch, loaded)
-        elif self.running:
-            task = asyncio.ensure_future(self._load_in_steps(partition, epoch, plog))
-            self.loading[partition] = (epoch, task)
-
-    async def _load_in_steps(self, partition: int, epoch: int, plog) -> None:
-        loaded = LoadedTransactions()
-        try:
-            for _ in replay(plog, loaded):
-                await asyncio.sleep(0)
-        except (StorageError, OffsetOutOfRangeError) as exc:
-            log.error("worker %d cannot load %s-%d: %s", self.worker.index, TRANSACTION_TOPIC,
-                      partition, exc)
-            await asyncio.sleep(1.0)
-            if self.loading.get(partition, (None,))[0] == epoch:
-                del self.loading[partition]
-            return
-        if self.loading.get(partition, (None,))[0] == epoch:
-            del self.loading[partition]
-            self._install(partition, epoch, loaded)
-
-    def _install(self, partition: int, epoch: int, loaded: LoadedTransactions) -> None:
+    def _install(self, partition: int, epoch: int, plog, loaded: LoadedTransactions) -> None:
+        """Serve a partition's ids as its log rebuilt them; complete those in Prepare*."""
         self.ids.update(loaded.ids)
-        self.loaded[partition] = epoch
         self.compaction.loaded(partition, self.worker.partitions.get(
             TRANSACTION_TOPIC, partition).log.size_bytes)
         prepared = [m for m in loaded.ids.values() if m.state in txn.PREPARED]
         log.info("worker %d loaded %s-%d: %d transactional id(s) from %d record(s), %d to "
                  "complete", self.worker.index, TRANSACTION_TOPIC, partition, len(loaded.ids),
                  loaded.records, len(prepared))
-        if self.running:
+        if self.loads.running:
             for meta in prepared:
                 self._complete_later(meta.transactional_id)
 
-    def unload(self, partition: int) -> None:
-        loading = self.loading.pop(partition, None)
-        if loading is not None:
-            loading[1].cancel()
+    def _drop(self, partition: int) -> None:
+        """Forget a partition's ids (another node coordinates them now) and stop completing
+        their transactions: the new coordinator completes them."""
         self.compaction.forget(partition)
-        if self.loaded.pop(partition, None) is None:
-            return
         info = self.worker.control.topic(TRANSACTION_TOPIC)
         for transactional_id in list(self.ids):
             if info is None or partition_for(transactional_id, info.partition_count) == partition:
@@ -211,8 +179,7 @@ class TransactionCoordinator:
                     task.cancel()
 
     def unload_all(self) -> None:
-        for partition in list(self.loaded) + list(self.loading):
-            self.unload(partition)
+        self.loads.unload_all()
         self.ids.clear()
 
     # -- writing --------------------------------------------------------------------------------
@@ -377,7 +344,7 @@ class TransactionCoordinator:
     # -- time -----------------------------------------------------------------------------------
 
     def start(self) -> None:
-        self.running = True
+        self.loads.running = True
         self._task = asyncio.ensure_future(self._sweep())
         self.follow_leadership()
         for meta in list(self.ids.values()):  # loaded before the loop ran (alone)
@@ -385,13 +352,11 @@ class TransactionCoordinator:
                 self._complete_later(meta.transactional_id)
 
     def stop(self) -> None:
-        self.running = False
         if self._task is not None:
             self._task.cancel()
         for task in self.completing.values():
             task.cancel()
-        for _, task in self.loading.values():
-            task.cancel()
+        self.loads.stop()
         self.markers.close()
         self.verifier.close()
 
