@@ -19,7 +19,8 @@ PYTEST_ARGS ?=
 
 all: test
 
-$(STAMP): pyproject.toml
+# the compiled codec is built by the editable install: new C sources need it run again
+$(STAMP): pyproject.toml setup.py $(wildcard klog/protocol/_recordsc*.c klog/protocol/_recordsc*.h)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test]'
