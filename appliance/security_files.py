@@ -17,6 +17,8 @@ import logging
 import os
 from pathlib import Path
 
+from appliance.atomic_files import write_atomically
+
 log = logging.getLogger(__name__)
 
 SECURITY_DIR = ".klog-security"
@@ -52,19 +54,4 @@ def write_private(path: Path, data: bytes) -> None:
     a password's salted keys are never readable by another user, even for a moment."""
     path = Path(path)
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.fchmod(fd, 0o600)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    write_atomically(path, data, mode=0o600)

@@ -10,29 +10,13 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import os
 import uuid
 from pathlib import Path
 
+from appliance.atomic_files import write_atomically
 from appliance.control.topics import TopicInfo
 
 CATALOG_DIR = ".klog-catalog"
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    tmp = path.with_suffix(f"{path.suffix}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 class Catalog:
@@ -69,7 +53,7 @@ class Catalog:
         return load
 
     def put(self, info: TopicInfo) -> None:
-        _write_atomically(self.root / f"{info.name}.json", info.to_json())
+        write_atomically(self.root / f"{info.name}.json", info.to_json())
         self._topics[info.name] = info
 
     def remove(self, name: str) -> None:
@@ -100,7 +84,7 @@ class ProducerIdBlocks:
     def allocate(self) -> int:
         if self._next >= self._end:
             self._end = self._next + self.BLOCK
-            _write_atomically(self.path, str(self._end).encode())
+            write_atomically(self.path, str(self._end).encode())
         producer_id = self._next
         self._next += 1
         return producer_id
@@ -113,5 +97,5 @@ def cluster_id(root: Path) -> str:
         return path.read_text().strip()
     except FileNotFoundError:
         value = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        _write_atomically(path, value.encode())
+        write_atomically(path, value.encode())
         return value
