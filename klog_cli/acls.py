@@ -20,10 +20,11 @@ from __future__ import annotations
 import fcntl
 import os
 import sys
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from appliance.config import ConfigError, load_config
+from appliance.log_dir_lock import LogDirLockedError, lock_log_dirs
 from appliance.security.acl_file import acls_path, read_acls, write_acls
 from appliance.security.acls import (
     CLUSTER_NAME,
@@ -36,8 +37,6 @@ from appliance.security.acls import (
     invalid_reason,
 )
 from appliance.security.fleet_acl_book import FleetAclBook
-from appliance.shm.appliance_region import ApplianceRegion
-from appliance.shm.region import RegionError
 from cluster.session import ZooKeeperUnavailable
 from klog.admin import Admin
 from klog.errors import KlogError
@@ -194,14 +193,22 @@ def _locked(path: Path):
         os.close(fd)
 
 
-def _refuse_if_running(config) -> None:
+@contextmanager
+def _while_stopped(config):
+    """Hold the log dirs' locks while the file is changed: a running appliance (even one
+    whose supervisor was killed and whose workers still stop) holds them, and an appliance
+    starting meanwhile waits for them instead of reading a half-changed file. A shm region
+    left behind by a kill -9 says nothing, the lock does."""
+    existing = [d for d in config.log_dirs if Path(d).is_dir()]
     try:
-        region = ApplianceRegion.open_status(config)
-    except RegionError:
-        return
-    region.close()
-    raise ValueError("the appliance is running: its supervisor owns the ACLs; use "
-                     "--bootstrap-server (with the SASL options of a super user)")
+        locks = lock_log_dirs(existing, wait_s=0)
+    except LogDirLockedError:
+        raise ValueError("the appliance is running: its supervisor owns the ACLs; use "
+                         "--bootstrap-server (with the SASL options of a super user)") from None
+    try:
+        yield
+    finally:
+        locks.close()
 
 
 def _in_zookeeper(args, config) -> int:
@@ -229,9 +236,8 @@ def _in_the_file(args) -> int:
     if config.zookeeper_connect:
         return _in_zookeeper(args, config)
     path = acls_path(config.log_dirs[0])
-    if args.action != "list":
-        _refuse_if_running(config)
-    with _locked(path):
+    stopped = _while_stopped(config) if args.action != "list" else nullcontext()
+    with stopped, _locked(path):
         acls = read_acls(path)
         if args.action == "add":
             write_acls(path, acls | frozenset(bindings(args)))

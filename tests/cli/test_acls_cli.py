@@ -122,3 +122,36 @@ def test_without_an_authorizer_the_acl_apis_answer_security_disabled(tmp_path):
         assert done.returncode == 1 and "SECURITY_DISABLED" in done.stderr
     finally:
         appliance.stop()
+
+
+def test_a_region_left_by_a_kill_no_longer_counts_as_running(tmp_path):
+    """After a kill -9 of the supervisor, its workers stop and the shm region stays: the log
+    dirs' lock, not the region, says whether the appliance still runs."""
+    from appliance.config import load_config
+    from appliance.log_dir_lock import try_lock
+    from appliance.shm.appliance_region import region_name_for
+    from tests.appliance.test_supervisor import shm_names
+    from tests.polling import wait_until
+
+    appliance = Appliance(tmp_path, settings={
+        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer"}).start()
+    region = region_name_for(load_config(appliance.config)).lstrip("/")
+    log_dir = appliance.log_dirs[0]
+    try:
+        appliance.kill()
+
+        def lock_free() -> bool:
+            fd = try_lock(log_dir)
+            if fd is not None:
+                os.close(fd)
+            return fd is not None
+        wait_until(lock_free, timeout_s=30, what="the killed appliance's workers to exit")
+        assert region in shm_names(), "the kill left its region behind"
+        done = klog_acls("add", "--allow-principal", "User:ops", "--operation", "All",
+                         "--cluster", "--config", str(appliance.config))
+        assert done.returncode == 0, done.stderr
+        assert {a.principal for a in read_acls(acls_path(log_dir))} == {"User:ops"}
+    finally:
+        appliance.stop()
+        if region in shm_names():
+            os.unlink(f"/dev/shm/{region}")
