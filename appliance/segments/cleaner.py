@@ -170,11 +170,12 @@ def run(job: CleaningJob, settings: CleanerSettings) -> CleaningResult:
     result = CleaningResult(job.directory)
     offset_map = None
     try:
-        # no more keys than offsets in the dirty section: a small one gets a small map
-        with storage_errors(job.directory, "map memory for the cleaner's offset map"):
+        # an OSError here is the offset table's memory (mmap); reads raise StorageError
+        with storage_errors(job.directory, "map the dirty section (offset map memory)"):
+            # no more keys than offsets in the dirty section: a small one gets a small map
             offset_map = OffsetMap(settings.dedupe_buffer_bytes, expected_keys=(
                 job.range.end_offset - job.range.first_dirty_offset))
-        mapped_through = _build_map(job, offset_map, settings, result)
+            mapped_through = _build_map(job, offset_map, settings, result)
         if mapped_through <= job.range.first_dirty_offset:
             return result
         offset_map.latest_offset = mapped_through - 1

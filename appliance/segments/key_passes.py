@@ -45,6 +45,7 @@ def map_batch(buf, pos: int, header: rb.BatchHeader, offset_map: OffsetMap,
     """Put every keyed record of the batch at ``pos`` from ``first_dirty`` on into the map.
     Raises CorruptBatchError."""
     if offset_map.table is not None:
+        offset_map.reserve(header.records_count)
         data, start, end = records_section(buf, pos, header)
         fresh = compiled_map_keys(data, start, end, header.records_count, header.base_offset,
                                   header.base_timestamp, first_dirty, offset_map.table,

@@ -21,10 +21,11 @@ Two ways to hold it, chosen once per map (``digests``):
 
 The budget counts entries either way, so the bound an operator sets means the same number
 of keys as in Kafka. Kafka allocates the whole buffer once per cleaner thread (192 MB of
-heap for its defaults); this map is sized per run instead, for ``expected_keys`` (the
-cleaner passes the dirty section's offset span, which no count of its keys can exceed)
-when that is less than the budget, and the table is an anonymous mapping, so only the pages
-the keys land on take memory, and :meth:`close` gives them back when the run ends.
+heap for its defaults); this table starts small and grows as keys come (doubling, its
+entries moved by the C, never past the budget, nor past what ``expected_keys`` needs: the
+cleaner passes the dirty section's offset span, which no count of its keys can exceed), so
+its memory follows the distinct keys of the run; it is an anonymous mapping, which
+:meth:`close` gives back when the run ends.
 """
 
 from __future__ import annotations
@@ -33,10 +34,11 @@ import math
 import mmap
 import os
 
-from klog.protocol.records_codec import key_digest, table_get, table_put
+from klog.protocol.records_codec import key_digest, table_get, table_move, table_put
 
 ENTRY_BYTES = 24  # Kafka's: an MD5 digest and an offset (here a SipHash-128 digest)
 LOAD_FACTOR = 0.9  # Kafka's log.cleaner.io.buffer.load.factor default
+FIRST_SLOTS = 1024  # 24 KiB: where a table starts before it grows
 DIGESTS_AVAILABLE = key_digest is not None
 
 
@@ -59,8 +61,9 @@ class OffsetMap:
             self.offsets = {}
         else:
             # at least one slot stays empty: every probe ends
-            self.slots = min(budget_slots, max(capacity + 1,
-                                               math.ceil(capacity / LOAD_FACTOR)))
+            self.max_slots = min(budget_slots, max(capacity + 1,
+                                                   math.ceil(capacity / LOAD_FACTOR)))
+            self.slots = min(self.max_slots, FIRST_SLOTS)
             self.table = mmap.mmap(-1, self.slots * ENTRY_BYTES)  # zeroed: all slots empty
 
     def __len__(self) -> int:
@@ -76,11 +79,26 @@ class OffsetMap:
         """Whether ``count`` more keys fit (the cleaner asks before each batch)."""
         return len(self) + count <= self.capacity
 
+    def reserve(self, count: int) -> None:
+        """Grow the table, if it must, so that ``count`` more keys keep it within its load
+        factor (the caller checked ``room_for``). Raises OSError (no memory)."""
+        if self.table is None or self.slots == self.max_slots:
+            return
+        needed = self.entries + count
+        if needed <= int(self.slots * LOAD_FACTOR):
+            return
+        slots = min(self.max_slots, max(2 * self.slots, math.ceil(needed / LOAD_FACTOR)))
+        table = mmap.mmap(-1, slots * ENTRY_BYTES)
+        table_move(self.table, table)
+        self.table.close()
+        self.table, self.slots = table, slots
+
     def put(self, key: bytes, offset: int) -> None:
         """Map ``key`` to ``offset`` (the caller checked ``room_for``)."""
         if self.offsets is not None:
             self.offsets[key] = offset
         else:
+            self.reserve(1)
             self.entries += table_put(self.table, key, offset, self.sip_key)
         if offset > self.latest_offset:
             self.latest_offset = offset

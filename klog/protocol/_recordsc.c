@@ -63,6 +63,10 @@ PyDoc_STRVAR(table_get_doc,
 "table_get(table, key, sip_key) -> int\n\n"
 "The offset of key's digest in an offset table, -1 when it is not there.");
 
+PyDoc_STRVAR(table_move_doc,
+"table_move(src, dst) -> int\n\n"
+"Put every entry of the offset table src into dst (larger and empty); how many.");
+
 PyDoc_STRVAR(map_keys_doc,
 "map_keys(data, start, end, count, base_offset, base_ts, first_dirty, table, sip_key)\n"
 "    -> int | None\n\n"
@@ -81,6 +85,7 @@ static PyMethodDef methods[] = {
     {"key_digest", (PyCFunction)(void (*)(void))klog_key_digest, METH_FASTCALL, key_digest_doc},
     {"table_put", (PyCFunction)(void (*)(void))klog_table_put, METH_FASTCALL, table_put_doc},
     {"table_get", (PyCFunction)(void (*)(void))klog_table_get, METH_FASTCALL, table_get_doc},
+    {"table_move", (PyCFunction)(void (*)(void))klog_table_move, METH_FASTCALL, table_move_doc},
     {"map_keys", (PyCFunction)(void (*)(void))klog_map_keys, METH_FASTCALL, map_keys_doc},
     {"kept_records", (PyCFunction)(void (*)(void))klog_kept_records, METH_FASTCALL,
      kept_records_doc},

@@ -394,6 +394,39 @@ PyObject *klog_table_get(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     return PyLong_FromLongLong(offset);
 }
 
+/* table_move(src, dst) -> int: every entry of src put into dst (a larger, empty table: the
+ * map grows as keys come); how many. */
+PyObject *klog_table_move(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer src_view, dst_view;
+    Table src, dst;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "table_move(src, dst)");
+        return NULL;
+    }
+    if (table_arg(args[0], &src_view, &src) != OK)
+        return NULL;
+    if (table_arg(args[1], &dst_view, &dst) != OK) {
+        PyBuffer_Release(&src_view);
+        return NULL;
+    }
+    Py_ssize_t moved = 0;
+    int status = OK;
+    for (uint64_t i = 0; i < src.n && status == OK; i++) {
+        const unsigned char *e = src.slots + i * SLOT_BYTES;
+        uint64_t stored = slot_word(e + 16);
+        if (stored == 0)
+            continue;
+        if (table_put(&dst, e, (int64_t)(stored - 1)) < 0)
+            status = FAILED;
+        else
+            moved++;
+    }
+    PyBuffer_Release(&src_view);
+    PyBuffer_Release(&dst_view);
+    return status == OK ? PyLong_FromSsize_t(moved) : NULL;
+}
+
 /* ---- the passes ---------------------------------------------------------------------------- */
 
 /* map_keys(data, start, end, count, base_offset, base_ts, first_dirty, table, sip_key)

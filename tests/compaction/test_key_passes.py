@@ -93,15 +93,17 @@ def test_bytes_the_encoder_would_not_write_take_the_pure_path():
     assert results[0][0][0] == 2
 
 
-@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("seed", range(4))
 def test_the_cleaned_log_is_the_same_bytes_on_both_paths(tmp_path, monkeypatch, seed):
+    """Seed 3: 2000 keys, so the table grows (moves its entries) while it maps."""
+    updates, keys = (3000, 2000) if seed == 3 else (600, 40)
     logs = []
     for digests in (True, False):
         monkeypatch.setattr(cleaner, "OffsetMap",
                             lambda size, d=digests, **kw: OffsetMap(size, digests=d, **kw))
         directory = str(tmp_path / f"{digests}-0")
         plog = PartitionLog.open(directory, SMALL, now_ms=0)
-        write_updates(plog, 600, 40, seed=seed, per_batch=5, codec=seed % 2,
+        write_updates(plog, updates, keys, seed=seed, per_batch=5, codec=seed % 2,
                       tombstone_every=7)
         plog.roll(now_ms=2_000)
         clean(plog, checkpoint=None, now_ms=2_500,
@@ -113,6 +115,7 @@ def test_the_cleaned_log_is_the_same_bytes_on_both_paths(tmp_path, monkeypatch, 
 
 
 def test_the_offset_table_maps_digests_to_offsets():
+    """Put, get, and the errors of a caller that breaks the contract."""
     sip_key = os.urandom(16)
     table = bytearray(24 * 4)
     assert table_put(table, b"a", 5, sip_key) is True
@@ -133,13 +136,16 @@ def test_the_offset_table_maps_digests_to_offsets():
         table_get(bytearray(25), b"a", sip_key)
 
 
-def test_the_map_is_sized_for_the_dirty_section_within_the_buffer():
-    small = OffsetMap(128 << 20, expected_keys=1000)
-    assert (small.capacity, small.slots) == (1000, 1112)
-    assert len(small.table) == 24 * 1112
+def test_the_table_grows_with_the_keys_within_the_buffer():
+    small = OffsetMap(128 << 20, expected_keys=5000)
+    assert (small.capacity, small.max_slots, small.slots) == (5000, 5556, 1024)
+    for n in range(5000):
+        small.put(b"key-%d" % n, n)
+    assert (len(small), small.slots, len(small.table)) == (5000, 5556, 24 * 5556)
+    assert [small.get(b"key-%d" % n) for n in range(0, 5000, 7)] == list(range(0, 5000, 7))
     small.close()
     full = OffsetMap(24 * 100, expected_keys=10**9)
-    assert (full.capacity, full.slots) == (90, 100)  # Kafka's: slots * 0.9
+    assert (full.capacity, full.max_slots) == (90, 100)  # Kafka's: slots * 0.9
     full.close()
     assert OffsetMap(24 * 100, digests=False).capacity == 90
 
@@ -157,7 +163,7 @@ def test_a_run_maps_no_more_memory_than_its_dirty_section_needs(tmp_path, monkey
     plog.roll(now_ms=2_000)
     clean(plog, checkpoint=None, now_ms=2_500)  # the 128 MiB default buffer
     plog.close()
-    assert maps[0].capacity <= 300 and len(maps[0]) == 20
+    assert maps[0].capacity <= 300 and len(maps[0]) == 20 and maps[0].slots == 300 // 0.9 + 1
     assert maps[0].table.closed  # given back when the run ends
 
 
