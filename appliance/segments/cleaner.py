@@ -168,9 +168,14 @@ def run(job: CleaningJob, settings: CleanerSettings) -> CleaningResult:
     Raises CorruptRecordError, CleaningAborted, StorageError; the job's descriptors are
     closed either way and no ``.cleaned`` or ``.swap`` file is left behind by a failure."""
     result = CleaningResult(job.directory)
+    offset_map = None
     try:
-        offset_map = OffsetMap(settings.dedupe_buffer_bytes)
-        mapped_through = _build_map(job, offset_map, settings, result)
+        # an OSError here is the offset table's memory (mmap); reads raise StorageError
+        with storage_errors(job.directory, "map the dirty section (offset map memory)"):
+            # no more keys than offsets in the dirty section: a small one gets a small map
+            offset_map = OffsetMap(settings.dedupe_buffer_bytes, expected_keys=(
+                job.range.end_offset - job.range.first_dirty_offset))
+            mapped_through = _build_map(job, offset_map, settings, result)
         if mapped_through <= job.range.first_dirty_offset:
             return result
         offset_map.latest_offset = mapped_through - 1
@@ -194,6 +199,8 @@ def run(job: CleaningJob, settings: CleanerSettings) -> CleaningResult:
         result.swaps = []
         raise
     finally:
+        if offset_map is not None:
+            offset_map.close()
         _close(job.sources)
 
 

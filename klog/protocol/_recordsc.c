@@ -54,14 +54,28 @@ PyDoc_STRVAR(key_digest_doc,
 "key_digest(key, sip_key, outlen) -> bytes\n\n"
 "SipHash-2-4 of key under the 16-byte sip_key, outlen 8 or 16 bytes (the cleaner's digest).");
 
+PyDoc_STRVAR(table_put_doc,
+"table_put(table, key, offset, sip_key) -> bool\n\n"
+"Set the offset of key's digest in an offset table (a writable buffer of 24-byte slots,\n"
+"zeroed when empty); True when the digest is new. The caller keeps a slot free.");
+
+PyDoc_STRVAR(table_get_doc,
+"table_get(table, key, sip_key) -> int\n\n"
+"The offset of key's digest in an offset table, -1 when it is not there.");
+
+PyDoc_STRVAR(table_move_doc,
+"table_move(src, dst) -> int\n\n"
+"Put every entry of the offset table src into dst (larger and empty); how many.");
+
 PyDoc_STRVAR(map_keys_doc,
-"map_keys(data, start, end, count, base_offset, base_ts, first_dirty, offsets, sip_key)\n"
-"    -> True | None\n\n"
-"offsets[digest of key] = offset for each keyed record at or past first_dirty; None, with\n"
-"nothing changed, when the bytes need the pure decoder's verdict.");
+"map_keys(data, start, end, count, base_offset, base_ts, first_dirty, table, sip_key)\n"
+"    -> int | None\n\n"
+"Put each keyed record at or past first_dirty into the offset table (its key's digest, its\n"
+"offset); how many digests were new, or None, with nothing changed, when the bytes need the\n"
+"pure decoder's verdict (or first_dirty is below 0).");
 
 PyDoc_STRVAR(kept_records_doc,
-"kept_records(data, start, end, count, base_offset, base_ts, latest_offset, offsets,\n"
+"kept_records(data, start, end, count, base_offset, base_ts, latest_offset, table,\n"
 "             sip_key, horizon, log_append_time, max_timestamp)\n"
 "    -> (kept, body | None, max_ts) | None\n\n"
 "The records the cleaner keeps: their count, their bytes back to back (None when all or\n"
@@ -69,6 +83,9 @@ PyDoc_STRVAR(kept_records_doc,
 
 static PyMethodDef methods[] = {
     {"key_digest", (PyCFunction)(void (*)(void))klog_key_digest, METH_FASTCALL, key_digest_doc},
+    {"table_put", (PyCFunction)(void (*)(void))klog_table_put, METH_FASTCALL, table_put_doc},
+    {"table_get", (PyCFunction)(void (*)(void))klog_table_get, METH_FASTCALL, table_get_doc},
+    {"table_move", (PyCFunction)(void (*)(void))klog_table_move, METH_FASTCALL, table_move_doc},
     {"map_keys", (PyCFunction)(void (*)(void))klog_map_keys, METH_FASTCALL, map_keys_doc},
     {"kept_records", (PyCFunction)(void (*)(void))klog_kept_records, METH_FASTCALL,
      kept_records_doc},

@@ -85,5 +85,8 @@ PyObject *klog_decode_columns(PyObject *self, PyObject *const *args, Py_ssize_t 
 PyObject *klog_key_digest(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *klog_map_keys(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *klog_kept_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *klog_table_put(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *klog_table_get(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *klog_table_move(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 
 #endif

@@ -1,5 +1,6 @@
 /* The log cleaner's two passes over a records section, compiled: no record tuple, no key or
- * value bytes object per record (appliance/segments/compiled_keys.py calls these).
+ * value bytes object, no Python object at all per record (appliance/segments/key_passes.py
+ * calls these).
  *
  * Keys are compared by a 128-bit digest: SipHash-2-4 with 128-bit output, keyed by 16 random
  * bytes the offset map draws once per cleaning run. Why SipHash and not Kafka's MD5: both give
@@ -7,6 +8,13 @@
  * buffer allows), but MD5 collisions can be built on purpose by a producer who wants another
  * key's records compacted away, and SipHash's cannot without its secret key (it is a keyed
  * PRF); it is also several times cheaper than MD5 on short keys and needs no library.
+ *
+ * The digests live in an offset table (Kafka's SkimpyOffsetMap): a writable buffer the Python
+ * side allocates (appliance/segments/offset_map.py), slots of 24 bytes, a 16-byte digest and
+ * the 8-byte offset + 1 (native order; 0 marks an empty slot, so a fresh zeroed buffer is an
+ * empty table), open addressing with linear probing from the digest's first 64 bits. The map
+ * pass inserts, the rewrite pass looks up. The caller keeps the table below its load factor
+ * (at least one empty slot), which bounds every probe.
  *
  * Same contract as the rest of the codec: anything but plainly well formed (and, for the
  * rewrite pass, anything the encoder would not write byte for byte the same: a longer varint
@@ -237,12 +245,82 @@ static inline int sip_key_arg(PyObject *o, const unsigned char **key)
     return OK;
 }
 
-static inline PyObject *digest_of(const unsigned char *buf, const Rec *r,
-                                  const unsigned char *sip_key)
+/* ---- the offset table ---------------------------------------------------------------------- */
+
+#define SLOT_BYTES 24 /* a digest and an offset, as Kafka's SkimpyOffsetMap entry */
+
+typedef struct {
+    unsigned char *slots;
+    uint64_t n; /* how many slots */
+} Table;
+
+/* The table in `o` (a writable buffer of whole slots, held in `view`): OK, or FAILED with a
+ * TypeError (a wrong table is the caller's bug, not a batch for the pure path). */
+static int table_arg(PyObject *o, Py_buffer *view, Table *t)
 {
-    unsigned char d[16];
+    if (PyObject_GetBuffer(o, view, PyBUF_WRITABLE) < 0)
+        return FAILED;
+    if (view->len < SLOT_BYTES || view->len % SLOT_BYTES) {
+        PyBuffer_Release(view);
+        PyErr_SetString(PyExc_TypeError, "an offset table is a writable buffer of 24-byte slots");
+        return FAILED;
+    }
+    t->slots = view->buf;
+    t->n = (uint64_t)(view->len / SLOT_BYTES);
+    return OK;
+}
+
+static inline uint64_t slot_word(const unsigned char *p)
+{
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+
+/* The slot holding digest d, or the empty slot where it would go; NULL when the table is full
+ * and d is not in it (the caller's load factor rules that out). */
+static unsigned char *slot_for(const Table *t, const unsigned char *d)
+{
+    uint64_t i = (uint64_t)(((unsigned __int128)slot_word(d) * t->n) >> 64);
+    uint64_t d0 = slot_word(d), d1 = slot_word(d + 8);
+    for (uint64_t tries = 0; tries < t->n; tries++) {
+        unsigned char *e = t->slots + i * SLOT_BYTES;
+        if (slot_word(e + 16) == 0 || (slot_word(e) == d0 && slot_word(e + 8) == d1))
+            return e;
+        if (++i == t->n)
+            i = 0;
+    }
+    return NULL;
+}
+
+/* Set digest d's offset: 1 when d is new, 0 when it was there, -1 (error set) when full. */
+static int table_put(const Table *t, const unsigned char *d, int64_t offset)
+{
+    unsigned char *e = slot_for(t, d);
+    if (e == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "the offset table is full");
+        return -1;
+    }
+    int fresh = slot_word(e + 16) == 0;
+    uint64_t stored = (uint64_t)offset + 1;
+    if (fresh)
+        memcpy(e, d, 16);
+    memcpy(e + 16, &stored, 8);
+    return fresh;
+}
+
+/* Digest d's offset, -1 when it is not in the table. */
+static int64_t table_get(const Table *t, const unsigned char *d)
+{
+    const unsigned char *e = slot_for(t, d);
+    uint64_t stored = e == NULL ? 0 : slot_word(e + 16);
+    return stored == 0 ? -1 : (int64_t)(stored - 1);
+}
+
+static inline void record_digest(const unsigned char *buf, const Rec *r,
+                                 const unsigned char *sip_key, unsigned char *d)
+{
     siphash(buf + r->key_at, r->key_len, sip_key, d, 16);
-    return PyBytes_FromStringAndSize((const char *)d, 16);
 }
 
 PyObject *klog_key_digest(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -267,10 +345,96 @@ PyObject *klog_key_digest(PyObject *self, PyObject *const *args, Py_ssize_t narg
     return PyBytes_FromStringAndSize((const char *)d, outlen);
 }
 
-/* map_keys(data, start, end, count, base_offset, base_ts, first_dirty, offsets, sip_key) */
-PyObject *klog_map_keys(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+/* table_put(table, key, offset, sip_key) and table_get(table, key, sip_key): one key at a time,
+ * for the batches the passes decline (their records decoded by the pure path). */
+static int one_key_args(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t want,
+                        const char *usage, Py_buffer *table_view, Table *t, unsigned char *d)
+{
+    const unsigned char *sip_key;
+    Py_buffer key;
+    if (nargs != want || sip_key_arg(args[want - 1], &sip_key) != OK) {
+        PyErr_SetString(PyExc_TypeError, usage);
+        return FAILED;
+    }
+    if (PyObject_GetBuffer(args[1], &key, PyBUF_SIMPLE) < 0)
+        return FAILED;
+    siphash(key.buf, key.len, sip_key, d, 16);
+    PyBuffer_Release(&key);
+    return table_arg(args[0], table_view, t);
+}
+
+PyObject *klog_table_put(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     Py_buffer view;
+    Table t;
+    unsigned char d[16];
+    int64_t offset;
+    if (one_key_args(args, nargs, 4, "table_put(table, key, offset, sip_key: 16 bytes)", &view,
+                     &t, d) != OK)
+        return NULL;
+    int fresh = -1;
+    if (as_int64(args[2], &offset) != OK || offset < 0)
+        PyErr_SetString(PyExc_ValueError, "an offset is an int from 0 to 2**63 - 1");
+    else
+        fresh = table_put(&t, d, offset);
+    PyBuffer_Release(&view);
+    return fresh < 0 ? NULL : PyBool_FromLong(fresh);
+}
+
+PyObject *klog_table_get(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer view;
+    Table t;
+    unsigned char d[16];
+    if (one_key_args(args, nargs, 3, "table_get(table, key, sip_key: 16 bytes)", &view, &t, d)
+        != OK)
+        return NULL;
+    int64_t offset = table_get(&t, d);
+    PyBuffer_Release(&view);
+    return PyLong_FromLongLong(offset);
+}
+
+/* table_move(src, dst) -> int: every entry of src put into dst (a larger, empty table: the
+ * map grows as keys come); how many. */
+PyObject *klog_table_move(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer src_view, dst_view;
+    Table src, dst;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "table_move(src, dst)");
+        return NULL;
+    }
+    if (table_arg(args[0], &src_view, &src) != OK)
+        return NULL;
+    if (table_arg(args[1], &dst_view, &dst) != OK) {
+        PyBuffer_Release(&src_view);
+        return NULL;
+    }
+    Py_ssize_t moved = 0;
+    int status = OK;
+    for (uint64_t i = 0; i < src.n && status == OK; i++) {
+        const unsigned char *e = src.slots + i * SLOT_BYTES;
+        uint64_t stored = slot_word(e + 16);
+        if (stored == 0)
+            continue;
+        if (table_put(&dst, e, (int64_t)(stored - 1)) < 0)
+            status = FAILED;
+        else
+            moved++;
+    }
+    PyBuffer_Release(&src_view);
+    PyBuffer_Release(&dst_view);
+    return status == OK ? PyLong_FromSsize_t(moved) : NULL;
+}
+
+/* ---- the passes ---------------------------------------------------------------------------- */
+
+/* map_keys(data, start, end, count, base_offset, base_ts, first_dirty, table, sip_key)
+ *     -> new keys (int) | None */
+PyObject *klog_map_keys(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer view, table_view;
+    Table table;
     Py_ssize_t pos, end, count;
     int64_t base_offset, base_ts, first_dirty;
     const unsigned char *sip_key;
@@ -278,65 +442,64 @@ PyObject *klog_map_keys(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "map_keys takes 9 arguments");
         return NULL;
     }
-    PyObject *offsets = args[7];
-    if (!PyDict_CheckExact(offsets) || as_int64(args[6], &first_dirty) != OK
-        || sip_key_arg(args[8], &sip_key) != OK)
+    if (as_int64(args[6], &first_dirty) != OK || first_dirty < 0
+        || sip_key_arg(args[8], &sip_key) != OK) /* offsets below 0 have no slot */
         Py_RETURN_NONE;
-    if (section_args(args, &view, &pos, &end, &count, &base_offset, &base_ts) != OK)
+    if (table_arg(args[7], &table_view, &table) != OK)
+        return NULL;
+    if (section_args(args, &view, &pos, &end, &count, &base_offset, &base_ts) != OK) {
+        PyBuffer_Release(&table_view);
         Py_RETURN_NONE;
+    }
     const unsigned char *buf = view.buf;
     int status = check_section(buf, pos, end, count, base_offset, base_ts, 0);
+    Py_ssize_t fresh = 0;
     for (Py_ssize_t i = 0; status == OK && i < count; i++) {
         Rec r;
+        unsigned char d[16];
         walk_record(buf, &pos, end, base_offset, base_ts, 0, &r); /* checked above */
         if (r.key_at < 0 || r.offset < first_dirty)
             continue;
-        PyObject *digest = digest_of(buf, &r, sip_key);
-        PyObject *offset = digest ? PyLong_FromLongLong(r.offset) : NULL;
-        if (offset == NULL || PyDict_SetItem(offsets, digest, offset) < 0)
+        record_digest(buf, &r, sip_key, d);
+        int put = table_put(&table, d, r.offset);
+        if (put < 0)
             status = FAILED;
-        Py_XDECREF(digest);
-        Py_XDECREF(offset);
+        else
+            fresh += put;
     }
     PyBuffer_Release(&view);
+    PyBuffer_Release(&table_view);
     if (status == FAILED)
         return NULL;
-    return Py_NewRef(status == OK ? Py_True : Py_None);
+    if (status == FALLBACK)
+        Py_RETURN_NONE;
+    return PyLong_FromSsize_t(fresh);
 }
 
-/* Whether the record stays (batch_filter._retained); -1 with an error set. */
+/* Whether the record stays (key_passes._retained). */
 static int retained(const unsigned char *buf, const Rec *r, int64_t latest_offset,
-                    PyObject *offsets, const unsigned char *sip_key, int64_t horizon,
+                    const Table *table, const unsigned char *sip_key, int64_t horizon,
                     int log_append_time, int64_t max_timestamp)
 {
     if (r->key_at < 0)
         return 0;
     if (r->offset > latest_offset)
         return 1;
-    PyObject *digest = digest_of(buf, r, sip_key);
-    if (digest == NULL)
-        return -1;
-    PyObject *latest = PyDict_GetItemWithError(offsets, digest); /* borrowed */
-    Py_DECREF(digest);
-    if (latest == NULL && PyErr_Occurred())
-        return -1;
-    if (latest != NULL) {
-        long long v = PyLong_AsLongLong(latest);
-        if (v == -1 && PyErr_Occurred())
-            return -1;
-        if (v > r->offset)
-            return 0;
-    }
+    unsigned char d[16];
+    record_digest(buf, r, sip_key, d);
+    if (table_get(table, d) > r->offset)
+        return 0;
     if (r->tombstone)
         return (log_append_time ? max_timestamp : r->timestamp) >= horizon;
     return 1;
 }
 
-/* kept_records(data, start, end, count, base_offset, base_ts, latest_offset, offsets, sip_key,
+/* kept_records(data, start, end, count, base_offset, base_ts, latest_offset, table, sip_key,
  *              horizon, log_append_time, max_timestamp) -> (kept, body | None, max_ts) | None */
 PyObject *klog_kept_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    Py_buffer view;
+    Py_buffer view, table_view;
+    Table table;
     Py_ssize_t pos, end, count;
     int64_t base_offset, base_ts, latest_offset, horizon, max_timestamp;
     const unsigned char *sip_key;
@@ -344,50 +507,51 @@ PyObject *klog_kept_records(PyObject *self, PyObject *const *args, Py_ssize_t na
         PyErr_SetString(PyExc_TypeError, "kept_records takes 12 arguments");
         return NULL;
     }
-    PyObject *offsets = args[7];
     int log_append_time = PyObject_IsTrue(args[10]);
     if (log_append_time < 0)
         return NULL;
-    if (!PyDict_CheckExact(offsets) || as_int64(args[6], &latest_offset) != OK
-        || sip_key_arg(args[8], &sip_key) != OK || as_int64(args[9], &horizon) != OK
-        || as_int64(args[11], &max_timestamp) != OK)
+    if (as_int64(args[6], &latest_offset) != OK || sip_key_arg(args[8], &sip_key) != OK
+        || as_int64(args[9], &horizon) != OK || as_int64(args[11], &max_timestamp) != OK)
         Py_RETURN_NONE;
-    if (section_args(args, &view, &pos, &end, &count, &base_offset, &base_ts) != OK)
+    if (table_arg(args[7], &table_view, &table) != OK)
+        return NULL;
+    if (section_args(args, &view, &pos, &end, &count, &base_offset, &base_ts) != OK) {
+        PyBuffer_Release(&table_view);
         Py_RETURN_NONE;
+    }
     const unsigned char *buf = view.buf;
     /* kept spans [start, end), adjacent ones merged; at most count of them */
     Py_ssize_t *spans = PyMem_Malloc(sizeof(Py_ssize_t) * 2 * (size_t)(count ? count : 1));
     if (spans == NULL) {
         PyBuffer_Release(&view);
+        PyBuffer_Release(&table_view);
         return PyErr_NoMemory();
     }
     int status = OK;
     Py_ssize_t kept = 0, nspans = 0, body_len = 0;
     int64_t max_ts = INT64_MIN;
-    for (Py_ssize_t i = 0; status == OK && i < count; i++) {
+    for (Py_ssize_t i = 0; i < count; i++) {
         Rec r;
         if (walk_record(buf, &pos, end, base_offset, base_ts, 1, &r)) {
             status = FALLBACK;
             break;
         }
-        int keep = retained(buf, &r, latest_offset, offsets, sip_key, horizon, log_append_time,
-                            max_timestamp);
-        if (keep < 0) {
-            status = FAILED;
-        } else if (keep) {
-            kept++;
-            body_len += r.end - r.start;
-            if (r.timestamp > max_ts)
-                max_ts = r.timestamp;
-            if (nspans && spans[2 * nspans - 1] == r.start) {
-                spans[2 * nspans - 1] = r.end;
-            } else {
-                spans[2 * nspans] = r.start;
-                spans[2 * nspans + 1] = r.end;
-                nspans++;
-            }
+        if (!retained(buf, &r, latest_offset, &table, sip_key, horizon, log_append_time,
+                      max_timestamp))
+            continue;
+        kept++;
+        body_len += r.end - r.start;
+        if (r.timestamp > max_ts)
+            max_ts = r.timestamp;
+        if (nspans && spans[2 * nspans - 1] == r.start) {
+            spans[2 * nspans - 1] = r.end;
+        } else {
+            spans[2 * nspans] = r.start;
+            spans[2 * nspans + 1] = r.end;
+            nspans++;
         }
     }
+    PyBuffer_Release(&table_view);
     if (status == OK && pos != end)
         status = FALLBACK;
     PyObject *result = NULL;
@@ -408,8 +572,6 @@ PyObject *klog_kept_records(PyObject *self, PyObject *const *args, Py_ssize_t na
     }
     PyMem_Free(spans);
     PyBuffer_Release(&view);
-    if (status == FAILED)
-        return NULL;
     if (status == FALLBACK)
         Py_RETURN_NONE;
     return result;

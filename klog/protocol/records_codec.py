@@ -7,9 +7,10 @@ decoded batch); each has the signature and result of its pure twin in
 :mod:`~klog.protocol.records_encode` / :mod:`~klog.protocol.records_decode`.
 
 ``compiled_columns`` is the compiled columnar decoder, or None, for
-:mod:`klog.protocol.records_columns`; ``compiled_map_keys``, ``compiled_kept_records`` and
-``key_digest`` are the log cleaner's key passes (``_recordsc_keys.c``), or None, for
-:mod:`appliance.segments.key_passes`, which holds their pure path.
+:mod:`klog.protocol.records_columns`; ``compiled_map_keys``, ``compiled_kept_records``,
+``key_digest``, ``table_put``, ``table_get`` and ``table_move`` are the log cleaner's key
+passes and offset table (``_recordsc_keys.c``), or None, for
+:mod:`appliance.segments.key_passes` and ``offset_map``, which hold their pure path.
 
 The compiled codec (``klog.protocol._recordsc``, C, built by ``setup.py`` during ``pip install``)
 answers None for anything but plainly well-formed input, and these wrappers then ask the pure
@@ -42,7 +43,8 @@ else:
         FALLBACK_REASON = ""
 
 __all__ = ["FALLBACK_REASON", "IMPLEMENTATION", "compiled_columns", "compiled_kept_records",
-           "compiled_map_keys", "decode_records", "encode_all", "encode_one", "key_digest"]
+           "compiled_map_keys", "decode_records", "encode_all", "encode_one", "key_digest",
+           "table_get", "table_move", "table_put"]
 
 IMPLEMENTATION = "python" if _recordsc is None else "C"
 # the columnar decoder (klog.protocol.records_columns) has its pure path in its own module
@@ -51,6 +53,9 @@ compiled_columns = None if _recordsc is None else _recordsc.decode_columns
 compiled_map_keys = None if _recordsc is None else _recordsc.map_keys
 compiled_kept_records = None if _recordsc is None else _recordsc.kept_records
 key_digest = None if _recordsc is None else _recordsc.key_digest
+table_put = None if _recordsc is None else _recordsc.table_put
+table_get = None if _recordsc is None else _recordsc.table_get
+table_move = None if _recordsc is None else _recordsc.table_move
 
 if _recordsc is None:
     encode_one = records_encode.encode_one
