@@ -212,7 +212,7 @@ def test_a_live_log_takes_a_new_segment_size(appliance, admin):
     topic = _topic(admin, "rolled", partitions=1)
     _incremental(admin, "topic", topic, [("segment.bytes", "2048", AlterConfigOpType.SET)])
     producer = Producer({"bootstrap.servers": appliance.bootstrap, "linger.ms": 0})
-    for i in range(40):
+    for _ in range(40):
         producer.produce(topic, b"x" * 200, partition=0)
         producer.flush(10)
     segments = list(appliance.log_dirs[0].glob(f"{topic}-0/*.log")) + list(
