@@ -22,6 +22,7 @@ FILE_NAME = "dynamic-configs.json"
 class LocalConfigStore:
     def __init__(self, root: Path):
         self.path = Path(root) / CATALOG_DIR / FILE_NAME
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         self.generation = 0
         try:
             raw = orjson.loads(self.path.read_bytes())

@@ -131,3 +131,46 @@ def test_a_restarted_appliance_keeps_the_configs(fleet, writer):
     wait_for_brokers(fleet[0], 4, 60)
     wait_until(lambda: _retention_everywhere(fleet) == {"654321"}, 60,
                "every node, the restarted ones too, to read retention.ms=654321")
+
+
+def test_the_fleet_store_spreads_other_entity_types(ensemble, zk):
+    """What the quotas build on: a store's change reaches another appliance's store through
+    Kafka's change notification; a user's SCRAM credentials in the same znode stay."""
+    from cluster.config_store import FleetConfigStore
+    from cluster.session import Session
+
+    def session():
+        started = Session(f"{ensemble.connect}{FLEET.chroot}", session_timeout_ms=6000,
+                          connection_timeout_ms=5000)
+        started.start()
+        return started
+
+    zk.ensure_path("/config/users")
+    zk.create("/config/users/bob", orjson.dumps(
+        {"version": 1, "config": {"SCRAM-SHA-256": "salt=c2FsdA==,stored_key=a,server_key=b,"
+                                                   "iterations=4096"}}))
+    one, two = session(), session()
+    writer, follower = FleetConfigStore(one), FleetConfigStore(two)
+    try:
+        writer.start()
+        follower.start()
+        writer.alter("users", "bob", {"producer_byte_rate": "1024"})
+        writer.alter("users/bob/clients", "app 1", {"consumer_byte_rate": "2048"})
+        writer.alter("clients", "<default>", {"request_percentage": "50"})
+        wait_until(lambda: follower.entities().get("users", {}).get("bob") == {
+            "producer_byte_rate": "1024"} and follower.entities().get(
+            "users/bob/clients", {}).get("app 1") == {"consumer_byte_rate": "2048"}, 30,
+            "the other store to follow the change notification")
+        assert follower.entities()["clients"] == {"<default>": {"request_percentage": "50"}}
+        config = orjson.loads(zk.get("/config/users/bob")[0])["config"]
+        assert "SCRAM-SHA-256" in config and config["producer_byte_rate"] == "1024"
+        assert zk.exists("/config/users/bob/clients/app%201")
+        writer.alter("users", "bob", {"producer_byte_rate": None})
+        wait_until(lambda: "bob" not in follower.entities().get("users", {}), 30,
+                   "the removal to reach the other store")
+        assert "SCRAM-SHA-256" in orjson.loads(zk.get("/config/users/bob")[0])["config"]
+    finally:
+        writer.stop()
+        follower.stop()
+        one.stop()
+        two.stop()
