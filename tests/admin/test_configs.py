@@ -21,6 +21,7 @@ from confluent_kafka.admin import (
 )
 
 import klog
+from klog.admin import EARLIEST
 from klog.protocol.apis import incremental_alter_configs as api
 from klog.protocol.error_codes import ErrorCode
 from tests.conftest import running_appliance
@@ -31,7 +32,8 @@ WORKERS = 2
 
 @pytest.fixture(scope="module")
 def appliance(tmp_path_factory):
-    with running_appliance(tmp_path_factory.mktemp("configs"), log_dirs=WORKERS) as started:
+    with running_appliance(tmp_path_factory.mktemp("configs"), log_dirs=WORKERS,
+                           settings={"log.retention.check.interval.ms": "200"}) as started:
         yield started
 
 
@@ -218,6 +220,19 @@ def test_a_live_log_takes_a_new_segment_size(appliance, admin):
     segments = list(appliance.log_dirs[0].glob(f"{topic}-0/*.log")) + list(
         appliance.log_dirs[1].glob(f"{topic}-0/*.log"))
     assert len(segments) > 2
+
+
+def test_a_live_log_takes_a_new_retention(appliance, admin):
+    topic = _topic(admin, "expiring", partitions=1, **{"segment.bytes": "1024"})
+    producer = Producer({"bootstrap.servers": appliance.bootstrap, "linger.ms": 0})
+    for _ in range(30):
+        producer.produce(topic, b"x" * 200, partition=0)
+        producer.flush(10)
+    with klog.Admin(appliance.bootstrap) as one:
+        assert one.list_offsets(topic, EARLIEST)[0] == 0
+        _incremental(admin, "topic", topic, [("retention.ms", "1", AlterConfigOpType.SET)])
+        wait_until(lambda: one.list_offsets(topic, EARLIEST)[0] > 0, 30,
+                   "retention to delete the old segments under retention.ms=1")
 
 
 def test_broker_dynamic_keys_and_their_sources(appliance, admin):
