@@ -167,6 +167,11 @@ def test_alter_configs_replaces_the_whole_set(appliance, admin):
 
 def test_append_and_subtract_a_list_key(appliance, admin):
     topic = _topic(admin, "listed")
+    _incremental(admin, "topic", topic, [
+        ("leader.replication.throttled.replicas", "0:100", AlterConfigOpType.APPEND)])
+    throttled = _described(admin, "topic", topic)["leader.replication.throttled.replicas"]
+    assert (throttled.value, throttled.source) == ("0:100",
+                                                   ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
     _incremental(admin, "topic", topic, [("cleanup.policy", "compact", AlterConfigOpType.APPEND)])
     assert _described(admin, "topic", topic)["cleanup.policy"].value == "delete,compact"
     _incremental(admin, "topic", topic,

@@ -100,7 +100,10 @@ def _topic_configs(worker, name, include_synonyms=False):
             synonyms.insert(0, _synonym(key, info.configs[key], SOURCE_TOPIC))
         entries.append(_entry(key, value, source,
                               synonyms=synonyms if include_synonyms else ()))
-    return ErrorCode.NONE, None, entries
+    # overrides that are not the log's (replication throttles, compression.type=producer)
+    entries += [_entry(key, value, SOURCE_TOPIC) for key, value in sorted(info.configs.items())
+                if key not in effective]
+    return ErrorCode.NONE, None, sorted(entries, key=lambda e: e.name)
 
 
 def _broker_configs(worker, name, include_synonyms=False):
