@@ -58,3 +58,21 @@ def test_check_names_the_key(settings, named):
 def test_throttle_rates_are_kept_not_applied_to_the_config():
     assert dynamic_broker.check({"follower.replication.throttled.rate": "1048576"},
                                 BrokerConfig()) is None
+
+
+def test_the_cleaner_takes_its_new_rate_and_buffers():
+    from types import SimpleNamespace
+
+    from appliance.segments.cleaner import CleanerSettings
+    from appliance.workers.cleaner_throttle import Throttler
+    from appliance.workers.dynamic_settings import _apply_cleaner
+
+    cleaner = SimpleNamespace(threads=2, backoff_s=15.0,
+                              settings=CleanerSettings(throttle=Throttler(float("inf"))))
+    config = dynamic_broker.effective(BrokerConfig(), [{
+        "log.cleaner.io.max.bytes.per.second": "1048576", "log.cleaner.backoff.ms": "250",
+        "log.cleaner.dedupe.buffer.size": "4194304"}])
+    _apply_cleaner(cleaner, config)
+    assert cleaner.settings.throttle.rate == 1048576
+    assert cleaner.backoff_s == 0.25
+    assert cleaner.settings.dedupe_buffer_bytes == 2097152  # shared by the two threads
