@@ -150,7 +150,7 @@ def test_a_restarted_appliance_keeps_the_configs(fleet, writer):
     assert future.result(30)["log.cleaner.backoff.ms"].value == "700"
 
 
-def test_the_fleet_store_spreads_other_entity_types(ensemble, zk):
+def test_the_fleet_store_spreads_other_entity_types(fleet, ensemble, zk):
     """What the quotas build on: a store's change reaches another appliance's store through
     Kafka's change notification; a user's SCRAM credentials in the same znode stay."""
     from cluster.config_store import FleetConfigStore
