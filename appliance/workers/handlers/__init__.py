@@ -9,6 +9,7 @@ from __future__ import annotations
 from appliance.workers.handlers import (
     add_offsets_to_txn,
     add_partitions_to_txn,
+    alter_configs,
     alter_user_scram_credentials,
     api_versions,
     create_acls,
@@ -26,6 +27,7 @@ from appliance.workers.handlers import (
     fetch,
     find_coordinator,
     heartbeat,
+    incremental_alter_configs,
     init_producer_id,
     join_group,
     leave_group,
@@ -52,6 +54,7 @@ MODULES = (
     describe_acls, create_acls, delete_acls, describe_user_scram_credentials,
     alter_user_scram_credentials, write_txn_markers, add_partitions_to_txn, add_offsets_to_txn,
     end_txn, describe_transactions, list_transactions, txn_offset_commit,
+    alter_configs, incremental_alter_configs,
 )
 
 HANDLERS = {module.API_KEY: module.handle for module in MODULES}

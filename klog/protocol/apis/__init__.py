@@ -23,6 +23,7 @@ from typing import Any
 from klog.protocol.apis import (
     add_offsets_to_txn,
     add_partitions_to_txn,
+    alter_configs,
     alter_user_scram_credentials,
     api_versions,
     create_acls,
@@ -40,6 +41,7 @@ from klog.protocol.apis import (
     fetch,
     find_coordinator,
     heartbeat,
+    incremental_alter_configs,
     init_producer_id,
     join_group,
     leave_group,
@@ -153,6 +155,8 @@ API_BY_KEY: dict[int, ApiSpec] = {
             _spec(alter_user_scram_credentials, "AlterUserScramCredentials", (0, 0), (0, 0)),
             _spec(describe_transactions, "DescribeTransactions", (0, 0), (0, 0)),
             _spec(list_transactions, "ListTransactions", (0, 1), (0, 1)),
+            _spec(alter_configs, "AlterConfigs", (0, 2), (0, 2)),
+            _spec(incremental_alter_configs, "IncrementalAlterConfigs", (0, 1), (0, 1)),
         ],
         key=lambda spec: spec.key,
     )
