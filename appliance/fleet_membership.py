@@ -28,7 +28,7 @@ from appliance.control.topics import (
 )
 from appliance.identity import node_id_for
 from appliance.scram_credentials import ScramChange, apply_changes
-from cluster import shutdown
+from cluster import admin_requests, shutdown
 from cluster.leadership import LeadershipConfig
 from cluster.member import ClusterMember
 from cluster.security_store import SecurityStore
@@ -238,6 +238,13 @@ class FleetMembership:
             return ErrorCode.REQUEST_TIMED_OUT
         self.member.wake()
         return error
+
+    def cluster_admin(self, op: str, args: str) -> tuple[ErrorCode, str | None]:
+        """A fleet admin request relayed by a worker (cluster/admin_requests.py)."""
+        if not self.member.wait_connected(RECONNECT_WAIT_S):
+            return (ErrorCode.REQUEST_TIMED_OUT,
+                    f"ZooKeeper is unreachable (session {self.member.state}); retry")
+        return admin_requests.serve(self.member, op, args)
 
     def allocate_producer_id(self) -> int:
         """The next id of this appliance's fleet-wide block; -1 while ZooKeeper cannot be

@@ -40,6 +40,11 @@ class Outgoing:
         return body() if isinstance(body, Callable) else body  # type: ignore[arg-type]
 
 
+# ApiVersions as a client sends it: v3, whose answer carries the broker's supported features
+# (a klog broker announces itself there: klog.metadata.note_appliance_broker)
+API_VERSIONS_VERSION = 3
+CLIENT_SOFTWARE = ("klog", "1.0")
+
 # APIs whose newer versions only brokers send (a module's CLIENT_MAX_VERSION): a client
 # stays below, as Kafka's own (AddPartitionsToTxn v4+ is KIP-890's broker-to-broker form)
 CLIENT_MAX = {add_partitions_to_txn.KEY: add_partitions_to_txn.CLIENT_MAX_VERSION}

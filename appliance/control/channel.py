@@ -125,6 +125,17 @@ class AlterScram:
 
 
 @dataclass(frozen=True)
+class ClusterAdmin:
+    """Cluster mode: an admin request for the fleet (`cluster/admin_requests.py`: "elect",
+    "alter_reassignments", "list_reassignments"), its arguments and the reply's `message`
+    as JSON, so new admin requests need no new message."""
+
+    op: str
+    args: str
+    id: int = field(default=0, kw_only=True)
+
+
+@dataclass(frozen=True)
 class Ready:
     """The worker serves (no reply)."""
 
@@ -199,7 +210,7 @@ class ScramUsers:
 
 
 Request = (CreateTopic | DeleteTopic | CreatePartitions | AllocateProducerId | AlterPartition
-           | CreateAcls | DeleteAcls | AlterScram)
+           | CreateAcls | DeleteAcls | AlterScram | ClusterAdmin)
 Message = (Request | Ready | Reply | Catalog | TopicChanged | TopicDeleted | Reload | Fleet
            | Acls | ScramUsers)
 

@@ -20,6 +20,7 @@ from appliance.control.channel import (
     AlterPartition,
     AlterScram,
     Catalog,
+    ClusterAdmin,
     ControlChannelError,
     CreateAcls,
     CreatePartitions,
@@ -122,6 +123,10 @@ class ControlPlaneClient:
 
     def alter_scram(self, changes: list[ScramChange]) -> tuple[ErrorCode, str | None]:
         reply = self._request(AlterScram(tuple(changes)))
+        return reply.error, reply.message
+
+    def cluster_admin(self, op: str, args: str) -> tuple[ErrorCode, str | None]:
+        reply = self._request(ClusterAdmin(op, args))
         return reply.error, reply.message
 
     def alter_partition(self, request: AlterPartition,

@@ -17,6 +17,7 @@ from appliance.control.channel import (
     AlterPartition,
     AlterScram,
     Catalog,
+    ClusterAdmin,
     ControlChannelError,
     CreateAcls,
     CreatePartitions,
@@ -83,6 +84,7 @@ class ControlServer:
             CreateAcls: self._create_acls,
             DeleteAcls: self._delete_acls,
             AlterScram: self._alter_scram,
+            ClusterAdmin: self._cluster_admin,
             Ready: self._ready,
         }
         decider.add_listener(self._broadcast_change)
@@ -208,6 +210,10 @@ class ControlServer:
             self.broadcast(ScramUsers(users))
         if self.acls is not None and users is not None:
             self.broadcast(Acls(tuple(sorted(self.acls.acls))))
+
+    def _cluster_admin(self, channel: WorkerChannel, request: ClusterAdmin) -> Reply:
+        error, answer = self.decider.cluster_admin(request.op, request.args)
+        return Reply(request.id, error=error, message=answer)
 
     def _ready(self, channel: WorkerChannel, message: Ready) -> None:
         channel.ready = True

@@ -19,7 +19,14 @@ from collections.abc import Callable
 
 from klog.config import parse_bootstrap
 from klog.errors import BrokerUnavailableError, KlogError
-from klog.outgoing import Outgoing, choose_versions, version_of
+from klog.metadata import note_appliance_broker
+from klog.outgoing import (
+    API_VERSIONS_VERSION,
+    CLIENT_SOFTWARE,
+    Outgoing,
+    choose_versions,
+    version_of,
+)
 from klog.protocol.apis import api_versions
 from klog.protocol.client import NEED_DATA, ClientConnection
 from klog.protocol.exceptions import ProtocolError
@@ -59,12 +66,15 @@ class AIOBrokerConnection:
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         conn = cls(address, reader, writer, client_id)
-        conn.send_raw(api_versions.SPEC.key, 0, api_versions.Request())
+        conn.send_raw(api_versions.SPEC.key, API_VERSIONS_VERSION,
+                      api_versions.Request(client_software_name=CLIENT_SOFTWARE[0],
+                                                   client_software_version=CLIENT_SOFTWARE[1]))
         try:
             answer = await asyncio.wait_for(conn.next_response(), timeout_s)
         except TimeoutError:
             conn.close()
             raise BrokerUnavailableError(f"{address}: no ApiVersions answer") from None
+        note_appliance_broker(address, answer[1])
         conn.versions = choose_versions(answer[1], address)
         if security is not None and security.sasl:
             await conn._authenticate(security, timeout_s)

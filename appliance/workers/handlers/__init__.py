@@ -9,6 +9,7 @@ from __future__ import annotations
 from appliance.workers.handlers import (
     add_offsets_to_txn,
     add_partitions_to_txn,
+    alter_partition_reassignments,
     alter_user_scram_credentials,
     api_versions,
     create_acls,
@@ -18,10 +19,13 @@ from appliance.workers.handlers import (
     delete_groups,
     delete_topics,
     describe_acls,
+    describe_cluster,
     describe_configs,
     describe_groups,
+    describe_log_dirs,
     describe_transactions,
     describe_user_scram_credentials,
+    elect_leaders,
     end_txn,
     fetch,
     find_coordinator,
@@ -31,6 +35,7 @@ from appliance.workers.handlers import (
     leave_group,
     list_groups,
     list_offsets,
+    list_partition_reassignments,
     list_transactions,
     metadata,
     offset_commit,
@@ -52,6 +57,8 @@ MODULES = (
     describe_acls, create_acls, delete_acls, describe_user_scram_credentials,
     alter_user_scram_credentials, write_txn_markers, add_partitions_to_txn, add_offsets_to_txn,
     end_txn, describe_transactions, list_transactions, txn_offset_commit,
+    describe_cluster, describe_log_dirs, elect_leaders, alter_partition_reassignments,
+    list_partition_reassignments,
 )
 
 HANDLERS = {module.API_KEY: module.handle for module in MODULES}
