@@ -119,3 +119,14 @@ def test_librdkafka_has_no_reassignment_calls(cadmin):
     its admin client has no such call (kafka-python's is the one that moves partitions)."""
     assert not hasattr(cadmin, "alter_partition_reassignments")
     assert not hasattr(cadmin, "list_partition_reassignments")
+
+
+def test_without_broker_rack_metadata_and_describe_cluster_say_null(appliance_factory):
+    plain = appliance_factory()
+    admin = KafkaAdminClient(bootstrap_servers=plain.bootstrap)
+    try:
+        assert [b["rack"] for b in admin.describe_cluster()["brokers"]] == [None]
+    finally:
+        admin.close()
+    nodes = AdminClient({"bootstrap.servers": plain.bootstrap}).describe_cluster().result(10)
+    assert [n.rack for n in nodes.nodes] == [None]  # Metadata's rack
