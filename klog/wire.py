@@ -27,8 +27,9 @@ from klog.errors import BrokerUnavailableError, KlogError
 from klog.metadata import note_appliance_broker
 from klog.outgoing import (
     API_VERSIONS_VERSION,
-    CLIENT_SOFTWARE,
     Outgoing,
+    api_versions_request,
+    api_versions_retry,
     choose_versions,
     version_of,
 )
@@ -70,8 +71,10 @@ class BrokerConnection:
 
     def _negotiate(self) -> dict[int, int]:
         answer = self.request(api_versions.SPEC.key, API_VERSIONS_VERSION,
-                              api_versions.Request(client_software_name=CLIENT_SOFTWARE[0],
-                                                   client_software_version=CLIENT_SOFTWARE[1]))
+                              api_versions_request())
+        older = api_versions_retry(answer)
+        if older is not None:  # a broker from before ApiVersions v3
+            answer = self.request(api_versions.SPEC.key, older, api_versions_request())
         note_appliance_broker(self.address, answer)
         return choose_versions(answer, self.address)
 

@@ -22,8 +22,9 @@ from klog.errors import BrokerUnavailableError, KlogError
 from klog.metadata import note_appliance_broker
 from klog.outgoing import (
     API_VERSIONS_VERSION,
-    CLIENT_SOFTWARE,
     Outgoing,
+    api_versions_request,
+    api_versions_retry,
     choose_versions,
     version_of,
 )
@@ -66,19 +67,23 @@ class AIOBrokerConnection:
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         conn = cls(address, reader, writer, client_id)
-        conn.send_raw(api_versions.SPEC.key, API_VERSIONS_VERSION,
-                      api_versions.Request(client_software_name=CLIENT_SOFTWARE[0],
-                                                   client_software_version=CLIENT_SOFTWARE[1]))
-        try:
-            answer = await asyncio.wait_for(conn.next_response(), timeout_s)
-        except TimeoutError:
-            conn.close()
-            raise BrokerUnavailableError(f"{address}: no ApiVersions answer") from None
+        answer = await conn._api_versions(API_VERSIONS_VERSION, timeout_s)
+        older = api_versions_retry(answer[1])
+        if older is not None:  # a broker from before ApiVersions v3
+            answer = await conn._api_versions(older, timeout_s)
         note_appliance_broker(address, answer[1])
         conn.versions = choose_versions(answer[1], address)
         if security is not None and security.sasl:
             await conn._authenticate(security, timeout_s)
         return conn
+
+    async def _api_versions(self, version: int, timeout_s: float):
+        self.send_raw(api_versions.SPEC.key, version, api_versions_request())
+        try:
+            return await asyncio.wait_for(self.next_response(), timeout_s)
+        except TimeoutError:
+            self.close()
+            raise BrokerUnavailableError(f"{self.address}: no ApiVersions answer") from None
 
     async def _authenticate(self, security: ClientSecurity, timeout_s: float) -> None:
         """SASL after ApiVersions (klog/security.py); a refusal closes the connection and

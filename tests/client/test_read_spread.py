@@ -65,3 +65,11 @@ def test_a_consumer_reads_through_workers_that_do_not_own_the_partitions(applian
     finally:
         region.close()
     assert served_by_other > 0, "no partition was read through a worker that does not own it"
+
+
+def test_a_broker_before_api_versions_v3_is_asked_again_at_a_version_it_serves():
+    from klog.outgoing import api_versions_retry
+    older = api_versions.Response(error_code=35, api_keys=[
+        api_versions.ApiVersion(api_key=18, min_version=0, max_version=2)])
+    assert api_versions_retry(older) == 2
+    assert api_versions_retry(api_versions.Response(error_code=0, api_keys=[])) is None
