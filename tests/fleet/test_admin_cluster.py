@@ -16,7 +16,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaAdminClient, TopicPartition
 from kafka import errors as kerrors
 
+from klog.protocol.apis import elect_leaders
 from klog.protocol.error_codes import ErrorCode
+from klog.wire import BrokerConnection
 from tests.fleet.harness import AckedWriter, FleetSpec, controller_and_epoch, partition_state
 from tests.polling import wait_until
 
@@ -83,6 +85,17 @@ def test_elect_and_move_under_a_producer(fleet, zk, kadmin, cadmin):
         assert partition_state(zk, TOPIC, 0)["leader"] == second
         # every partition (a null list): none needs an election now, and those are left out
         assert cadmin.elect_leaders(ElectionType.PREFERRED, None).result(timeout=30) == {}
+        # only the controller elects, as in Kafka: another appliance says NOT_CONTROLLER
+        controller = str(controller_and_epoch(zk)[0])
+        other = next(a for a in fleet if a.settings["broker.id"] != controller)
+        conn = BrokerConnection(other.host, other.port)
+        try:
+            answer = conn.call(elect_leaders, election_type=0, timeout_ms=5000,
+                               topic_partitions=[elect_leaders.TopicPartitions(
+                                   topic=TOPIC, partitions=[1])])
+        finally:
+            conn.close()
+        assert answer.error_code == ErrorCode.NOT_CONTROLLER
         unclean = kadmin.elect_leaders(1, {TOPIC: [1]}, raise_errors=False)
         assert [p.error_code for r in unclean.replica_election_results
                 for p in r.partition_result] == [ErrorCode.ELECTION_NOT_NEEDED]
