@@ -244,7 +244,11 @@ class FleetMembership:
         if not self.member.wait_connected(RECONNECT_WAIT_S):
             return (ErrorCode.REQUEST_TIMED_OUT,
                     f"ZooKeeper is unreachable (session {self.member.state}); retry")
-        return admin_requests.serve(self.member, op, args)
+        try:
+            return admin_requests.serve(self.member, op, args)
+        except Exception as exc:  # the supervisor's loop must go on serving its workers
+            log.exception("fleet admin request %s failed", op)
+            return ErrorCode.UNKNOWN_SERVER_ERROR, f"{type(exc).__name__}: {exc}"
 
     def allocate_producer_id(self) -> int:
         """The next id of this appliance's fleet-wide block; -1 while ZooKeeper cannot be
