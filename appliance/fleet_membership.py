@@ -29,7 +29,7 @@ from appliance.control.topics import (
 )
 from appliance.identity import node_id_for
 from appliance.scram_credentials import ScramChange, apply_changes
-from cluster import shutdown
+from cluster import admin_requests, shutdown
 from cluster.config_store import FleetConfigStore
 from cluster.leadership import LeadershipConfig
 from cluster.member import ClusterMember
@@ -257,6 +257,17 @@ class FleetMembership:
             return ErrorCode.REQUEST_TIMED_OUT
         self.member.wake()
         return error
+
+    def cluster_admin(self, op: str, args: str) -> tuple[ErrorCode, str | None]:
+        """A fleet admin request relayed by a worker (cluster/admin_requests.py)."""
+        if not self.member.wait_connected(RECONNECT_WAIT_S):
+            return (ErrorCode.REQUEST_TIMED_OUT,
+                    f"ZooKeeper is unreachable (session {self.member.state}); retry")
+        try:
+            return admin_requests.serve(self.member, op, args)
+        except Exception as exc:  # the supervisor's loop must go on serving its workers
+            log.exception("fleet admin request %s failed", op)
+            return ErrorCode.UNKNOWN_SERVER_ERROR, f"{type(exc).__name__}: {exc}"
 
     def allocate_producer_id(self) -> int:
         """The next id of this appliance's fleet-wide block; -1 while ZooKeeper cannot be

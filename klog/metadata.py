@@ -6,9 +6,13 @@ The producer and the consumer share this object. It decides *when* metadata must
 only carries them. Node ids are the brokers' (for klog: one per appliance worker).
 
 :func:`read_replica_for` is the one place that decides where a partition is read from. Any
-worker of a klog appliance serves a Fetch for any partition of that appliance, and Metadata
-says which workers belong together through their rack (``klog-appliance-<broker.id>``); reads
-then spread over those workers. Other brokers are read from the leader, as Kafka clients do.
+worker of a klog appliance serves a Fetch for any partition of that appliance. A klog broker
+says so in its ApiVersions v3 answer: the supported feature ``klog.nodes-per-appliance``
+(min = max = 100) tells that node ids are ``broker.id * 100 + worker index``, so the workers of
+one appliance are the nodes with the same ``node_id // 100`` (:func:`note_appliance_broker`
+records it per broker address as connections open). Reads then spread over the leader's
+appliance. Any other broker is read from the leader, as Kafka clients do. (Metadata's rack is
+the operator's ``broker.rack``, as Kafka reports it, for rack-aware clients: not klog's sign.)
 
 Leader epochs (Metadata v7+) are kept per partition, sent as ``current_leader_epoch`` in
 Fetch and ListOffsets (KIP-320), and guard against going back in time: an answer whose epoch
@@ -24,13 +28,35 @@ import logging
 import zlib
 
 from klog.protocol.apis import metadata
+from klog.protocol.apis.api_versions import APPLIANCE_FEATURE
 from klog.protocol.error_codes import ErrorCode
 
 log = logging.getLogger(__name__)
 
 NO_LEADER = -1
 NO_EPOCH = -1
-APPLIANCE_RACK_PREFIX = "klog-appliance-"
+# broker address ("host:port") -> nodes per appliance, for each klog broker this process has
+# connected to: a fact about the broker, shared by every client in the process
+_APPLIANCE_BROKERS: dict[str, int] = {}
+
+
+def note_appliance_broker(address: str, answer) -> None:
+    """Remember whether the broker at `address` is a klog appliance worker, from its
+    ApiVersions answer (v3+ carries supported features; older answers carry none)."""
+    for feature in getattr(answer, "supported_features", None) or ():
+        if feature.name == APPLIANCE_FEATURE and feature.max_version > 0:
+            _APPLIANCE_BROKERS[address] = feature.max_version
+            return
+
+
+def appliance_stride(cluster: ClusterMetadata) -> int | None:
+    """Nodes per appliance when the cluster's brokers are klog appliance workers (one of
+    them said so on connecting), else None."""
+    for host, port in cluster.brokers.values():
+        stride = _APPLIANCE_BROKERS.get(f"{host}:{port}")
+        if stride:
+            return stride
+    return None
 
 
 class ClusterMetadata:
@@ -193,8 +219,8 @@ def read_replica_for(cluster: ClusterMetadata, topic: str, partition: int,
     the partition and the reader's ``salt`` (so that partitions, and the consumers of one hot
     partition, spread over the appliance's cores)."""
     leader = cluster.leader_of(topic, partition)
-    rack = cluster.racks.get(leader)
-    if leader == NO_LEADER or not rack or not rack.startswith(APPLIANCE_RACK_PREFIX):
+    stride = appliance_stride(cluster) if leader != NO_LEADER else None
+    if stride is None or leader not in cluster.brokers:
         return leader
-    peers = sorted(node for node, r in cluster.racks.items() if r == rack)
+    peers = sorted(node for node in cluster.brokers if node // stride == leader // stride)
     return peers[(zlib.crc32(f"{topic}-{partition}".encode()) + salt) % len(peers)]

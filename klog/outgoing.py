@@ -20,7 +20,8 @@ from types import ModuleType
 from typing import Any
 
 from klog.errors import KlogError, raise_for
-from klog.protocol.apis import API_BY_KEY, add_partitions_to_txn
+from klog.protocol.apis import API_BY_KEY, add_partitions_to_txn, api_versions
+from klog.protocol.error_codes import ErrorCode
 
 ANY_NODE = None
 
@@ -39,6 +40,25 @@ class Outgoing:
         body = self.body
         return body() if isinstance(body, Callable) else body  # type: ignore[arg-type]
 
+
+# ApiVersions as a client sends it: v3, whose answer carries the broker's supported features
+# (a klog broker announces itself there: klog.metadata.note_appliance_broker)
+API_VERSIONS_VERSION = 3
+CLIENT_SOFTWARE = ("klog", "1.0")
+
+
+def api_versions_request():
+    return api_versions.Request(client_software_name=CLIENT_SOFTWARE[0],
+                                client_software_version=CLIENT_SOFTWARE[1])
+
+
+def api_versions_retry(answer: Any) -> int | None:
+    """The version to ask ApiVersions again at, when a broker older than v3 answered
+    UNSUPPORTED_VERSION (KIP-511: its answer lists the versions it serves), else None."""
+    if answer.error_code != ErrorCode.UNSUPPORTED_VERSION:
+        return None
+    ours = [a for a in answer.api_keys if a.api_key == api_versions.KEY]
+    return min(ours[0].max_version, API_VERSIONS_VERSION) if ours else 0
 
 # APIs whose newer versions only brokers send (a module's CLIENT_MAX_VERSION): a client
 # stays below, as Kafka's own (AddPartitionsToTxn v4+ is KIP-890's broker-to-broker form)

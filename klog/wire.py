@@ -24,7 +24,15 @@ from collections.abc import Callable
 
 from klog.config import parse_bootstrap
 from klog.errors import BrokerUnavailableError, KlogError
-from klog.outgoing import Outgoing, choose_versions, version_of
+from klog.metadata import note_appliance_broker
+from klog.outgoing import (
+    API_VERSIONS_VERSION,
+    Outgoing,
+    api_versions_request,
+    api_versions_retry,
+    choose_versions,
+    version_of,
+)
 from klog.protocol.apis import api_versions
 from klog.protocol.client import NEED_DATA, ClientConnection
 from klog.protocol.exceptions import ProtocolError
@@ -62,7 +70,12 @@ class BrokerConnection:
             self._authenticate(security)
 
     def _negotiate(self) -> dict[int, int]:
-        answer = self.request(api_versions.SPEC.key, 0, api_versions.Request())
+        answer = self.request(api_versions.SPEC.key, API_VERSIONS_VERSION,
+                              api_versions_request())
+        older = api_versions_retry(answer)
+        if older is not None:  # a broker from before ApiVersions v3
+            answer = self.request(api_versions.SPEC.key, older, api_versions_request())
+        note_appliance_broker(self.address, answer)
         return choose_versions(answer, self.address)
 
     def _authenticate(self, security: ClientSecurity) -> None:

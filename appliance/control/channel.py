@@ -147,6 +147,17 @@ class AlterDynamicConfigs:
 
 
 @dataclass(frozen=True)
+class ClusterAdmin:
+    """Cluster mode: an admin request for the fleet (`cluster/admin_requests.py`: "elect",
+    "alter_reassignments", "list_reassignments"), its arguments and the reply's `message`
+    as JSON, so new admin requests need no new message."""
+
+    op: str
+    args: str
+    id: int = field(default=0, kw_only=True)
+
+
+@dataclass(frozen=True)
 class Ready:
     """The worker serves (no reply)."""
 
@@ -229,7 +240,8 @@ class ScramUsers:
 
 
 Request = (CreateTopic | DeleteTopic | CreatePartitions | AllocateProducerId | AlterPartition
-           | CreateAcls | DeleteAcls | AlterScram | AlterTopicConfigs | AlterDynamicConfigs)
+           | CreateAcls | DeleteAcls | AlterScram | AlterTopicConfigs | AlterDynamicConfigs
+           | ClusterAdmin)
 Message = (Request | Ready | Reply | Catalog | TopicChanged | TopicDeleted | Reload | Fleet
            | Acls | ScramUsers | DynamicConfigs)
 

@@ -22,6 +22,7 @@ from appliance.control.channel import (
     AlterScram,
     AlterTopicConfigs,
     Catalog,
+    ClusterAdmin,
     ControlChannelError,
     CreateAcls,
     CreatePartitions,
@@ -143,6 +144,10 @@ class ControlPlaneClient:
 
     def add_dynamic_config_listener(self, listener: Callable[[dict], None]) -> None:
         self._dynamic_listeners.append(listener)
+
+    def cluster_admin(self, op: str, args: str) -> tuple[ErrorCode, str | None]:
+        reply = self._request(ClusterAdmin(op, args))
+        return reply.error, reply.message
 
     def alter_partition(self, request: AlterPartition,
                         on_done: Callable[[ErrorCode], None]) -> None:

@@ -44,6 +44,10 @@ class LocalDecider:
         """Alone there is no replication, so no ISR to change."""
         return ErrorCode.INVALID_REQUEST
 
+    def cluster_admin(self, op: str, args: str) -> tuple[ErrorCode, str | None]:
+        """Alone the workers answer cluster admin requests themselves (a single node)."""
+        return ErrorCode.INVALID_REQUEST, None
+
     def add_listener(self, listener: TopicListener) -> None:
         """`listener(name, info)` runs after a topic is created (info) or deleted (None)."""
         self._listeners.append(listener)

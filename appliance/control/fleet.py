@@ -24,7 +24,6 @@ from appliance.control.topics import (
     PartitionLeadership,
     TopicInfo,
     TopicResult,
-    appliance_rack,
     check_changeable,
 )
 from appliance.identity import NODES_PER_APPLIANCE
@@ -145,6 +144,13 @@ class FleetRelay:
     def allocate_producer_id(self) -> int:
         return self.fleet.allocate_producer_id()
 
+    def cluster_admin(self, op: str, args: str) -> tuple[ErrorCode, str | None]:
+        """A fleet admin request (`cluster/admin_requests.py`); the asking worker sees what it
+        changed before the answer."""
+        answer = self.fleet.cluster_admin(op, args)
+        self.refresh()
+        return answer
+
     def alter_partition(self, request: AlterPartition, leader: int) -> ErrorCode:
         """`leader`, a local worker's node id, asks for a new ISR (see `cluster.isr`); the
         workers hear of the new state with the fleet's next snapshot."""
@@ -158,9 +164,7 @@ class FleetRelay:
         """Apply the fleet's current view: tell listeners what changed, in the appliance's
         terms. Cheap when nothing changed (one snapshot, dict comparisons)."""
         view: FleetView = self.fleet.view()
-        nodes = {node_id: FleetNode(n.node_id, n.host, n.port,
-                                    appliance_rack(node_id // NODES_PER_APPLIANCE), n.endpoints)
-                 for node_id, n in view.nodes.items()}
+        nodes = dict(view.nodes)  # each with its registered rack (broker.rack, or None)
         controller = (view.controller_id * NODES_PER_APPLIANCE
                       if view.controller_id >= 0 else -1)
         if (nodes != self._nodes or controller != self.controller_node_id

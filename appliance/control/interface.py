@@ -91,6 +91,10 @@ class ControlPlane(Protocol):
         appliance's file, in a fleet ZooKeeper; by the time it returns in a fleet,
         `scram_users` has them."""
 
+    def cluster_admin(self, op: str, args: str) -> tuple[ErrorCode, str | None]:
+        """Cluster mode: a fleet admin request (`cluster/admin_requests.py`), its arguments
+        and answer as JSON; (error, answer). Blocks until the fleet answered (bounded)."""
+
     def alter_partition(self, request: AlterPartition,
                         on_done: Callable[[ErrorCode], None]) -> None:
         """Cluster mode: this worker leads the partition in `request.leader_epoch` and asks

@@ -19,6 +19,7 @@ from appliance.control.channel import (
     AlterScram,
     AlterTopicConfigs,
     Catalog,
+    ClusterAdmin,
     ControlChannelError,
     CreateAcls,
     CreatePartitions,
@@ -90,6 +91,7 @@ class ControlServer:
             AlterScram: self._alter_scram,
             AlterTopicConfigs: self._alter_topic_configs,
             AlterDynamicConfigs: self._alter_dynamic_configs,
+            ClusterAdmin: self._cluster_admin,
             Ready: self._ready,
         }
         decider.add_listener(self._broadcast_change)
@@ -243,6 +245,10 @@ class ControlServer:
             self.broadcast(ScramUsers(users))
         if self.acls is not None and users is not None:
             self.broadcast(Acls(tuple(sorted(self.acls.acls))))
+
+    def _cluster_admin(self, channel: WorkerChannel, request: ClusterAdmin) -> Reply:
+        error, answer = self.decider.cluster_admin(request.op, request.args)
+        return Reply(request.id, error=error, message=answer)
 
     def _ready(self, channel: WorkerChannel, message: Ready) -> None:
         channel.ready = True

@@ -66,15 +66,6 @@ class PartitionLeadership:
                    tuple(int(r) for r in isr))
 
 
-APPLIANCE_RACK_PREFIX = "klog-appliance-"
-
-
-def appliance_rack(broker_id: int) -> str:
-    """The rack Metadata gives every worker of an appliance (klog's client reads from any
-    worker of the leader's appliance); `broker.rack` serves replica placement instead."""
-    return f"{APPLIANCE_RACK_PREFIX}{broker_id}"
-
-
 @dataclass(frozen=True)
 class FleetNode:
     """A live node of the fleet (a worker of some appliance), as Metadata lists it.

@@ -20,7 +20,7 @@ from pathlib import Path
 from appliance.config import BrokerConfig
 from appliance.control.channel import Reload
 from appliance.control.interface import ControlPlane
-from appliance.control.topics import FleetNode, TopicInfo, appliance_rack
+from appliance.control.topics import FleetNode, TopicInfo
 from appliance.identity import node_id_for
 from appliance.listeners import Listener
 from appliance.scram_credentials import (
@@ -162,9 +162,9 @@ class Worker:
 
     def _local_node(self, worker_index: int, listener: str = "") -> FleetNode:
         advertised = self.config.advertised_for(listener or self.config.first_listener.name)
-        # The workers of one appliance share a rack: klog's client spreads reads over them.
+        # the operator's broker.rack (None: unset), as Kafka reports it
         return FleetNode(self.node_id_of(worker_index), advertised.host,
-                         advertised.port + worker_index, appliance_rack(self.config.broker_id))
+                         advertised.port + worker_index, self.config.broker_rack)
 
     def nodes(self, listener: str = "") -> list[FleetNode]:
         """The nodes that serve now, at their endpoints of `listener` (the one the request

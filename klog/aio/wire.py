@@ -19,7 +19,15 @@ from collections.abc import Callable
 
 from klog.config import parse_bootstrap
 from klog.errors import BrokerUnavailableError, KlogError
-from klog.outgoing import Outgoing, choose_versions, version_of
+from klog.metadata import note_appliance_broker
+from klog.outgoing import (
+    API_VERSIONS_VERSION,
+    Outgoing,
+    api_versions_request,
+    api_versions_retry,
+    choose_versions,
+    version_of,
+)
 from klog.protocol.apis import api_versions
 from klog.protocol.client import NEED_DATA, ClientConnection
 from klog.protocol.exceptions import ProtocolError
@@ -59,16 +67,23 @@ class AIOBrokerConnection:
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         conn = cls(address, reader, writer, client_id)
-        conn.send_raw(api_versions.SPEC.key, 0, api_versions.Request())
-        try:
-            answer = await asyncio.wait_for(conn.next_response(), timeout_s)
-        except TimeoutError:
-            conn.close()
-            raise BrokerUnavailableError(f"{address}: no ApiVersions answer") from None
+        answer = await conn._api_versions(API_VERSIONS_VERSION, timeout_s)
+        older = api_versions_retry(answer[1])
+        if older is not None:  # a broker from before ApiVersions v3
+            answer = await conn._api_versions(older, timeout_s)
+        note_appliance_broker(address, answer[1])
         conn.versions = choose_versions(answer[1], address)
         if security is not None and security.sasl:
             await conn._authenticate(security, timeout_s)
         return conn
+
+    async def _api_versions(self, version: int, timeout_s: float):
+        self.send_raw(api_versions.SPEC.key, version, api_versions_request())
+        try:
+            return await asyncio.wait_for(self.next_response(), timeout_s)
+        except TimeoutError:
+            self.close()
+            raise BrokerUnavailableError(f"{self.address}: no ApiVersions answer") from None
 
     async def _authenticate(self, security: ClientSecurity, timeout_s: float) -> None:
         """SASL after ApiVersions (klog/security.py); a refusal closes the connection and

@@ -8,7 +8,6 @@ from appliance.control.topics import (
     PartitionLeadership,
     TopicInfo,
     TopicResult,
-    appliance_rack,
 )
 from appliance.segments.config import LogConfig
 
@@ -120,7 +119,7 @@ def test_the_first_view_tells_the_fleet_listeners_the_nodes_and_the_controllers_
     decisions.add_fleet_listener(nodes)
     nodes.calls.clear()  # what a listener hears when added is not this test's subject
     decisions.refresh()
-    expected = {n: FleetNode(n, "127.0.0.1", 9000 + n, appliance_rack(n // 100)) for n in NODES}
+    expected = dict(NODES)  # as registered: the configured broker.rack (here none)
     assert nodes.calls == [(expected, 300)]
     assert decisions.nodes == expected and decisions.controller_node_id == 300
 

@@ -5,15 +5,15 @@ from __future__ import annotations
 from appliance.config import load_config
 from appliance.shm.appliance_region import ApplianceRegion
 from klog import Consumer, Producer, TopicPartition
-from klog.metadata import ClusterMetadata, read_replica_for
-from klog.protocol.apis import metadata
+from klog.metadata import ClusterMetadata, note_appliance_broker, read_replica_for
+from klog.protocol.apis import api_versions, metadata
 from tests.interop.helpers import create_topic
 
 
-def cluster_with(racks: dict[int, str | None], leader: int) -> ClusterMetadata:
+def cluster_with(racks: dict[int, str | None], leader: int, host: str = "h") -> ClusterMetadata:
     cluster = ClusterMetadata()
     cluster.update(metadata.Response(
-        brokers=[metadata.MetadataResponseBroker(node_id=n, host="h", port=n, rack=r)
+        brokers=[metadata.MetadataResponseBroker(node_id=n, host=host, port=n, rack=r)
                  for n, r in racks.items()],
         topics=[metadata.MetadataResponseTopic(name="t", partitions=[
             metadata.MetadataResponsePartition(partition_index=p, leader_id=leader)
@@ -22,12 +22,17 @@ def cluster_with(racks: dict[int, str | None], leader: int) -> ClusterMetadata:
 
 
 def test_reads_go_to_the_leader_unless_it_is_an_appliance_worker():
-    plain = cluster_with({0: None, 1: None}, leader=1)
+    plain = cluster_with({0: None, 1: None}, leader=1, host="kafka")
     assert {read_replica_for(plain, "t", p) for p in range(32)} == {1}
-    foreign = cluster_with({0: "rack-a", 1: "rack-a"}, leader=1)
-    assert {read_replica_for(foreign, "t", p) for p in range(32)} == {1}
-    appliance = cluster_with({0: "klog-appliance-0", 1: "klog-appliance-0",
-                              100: "klog-appliance-1"}, leader=1)
+    # a Kafka broker's ApiVersions answer carries no klog feature: read from the leader
+    note_appliance_broker("kafka:0", api_versions.Response(api_keys=[]))
+    same_rack = cluster_with({0: "rack-a", 1: "rack-a"}, leader=1, host="kafka")
+    assert {read_replica_for(same_rack, "t", p) for p in range(32)} == {1}
+    # a klog worker announces node ids of 100 per appliance; racks play no part
+    note_appliance_broker("klog:0", api_versions.Response(api_keys=[], supported_features=[
+        api_versions.SupportedFeatureKey(name=api_versions.APPLIANCE_FEATURE, min_version=100,
+                                         max_version=100)]))
+    appliance = cluster_with({0: "rack-a", 1: None, 100: "rack-a"}, leader=1, host="klog")
     chosen = {read_replica_for(appliance, "t", p) for p in range(32)}
     assert chosen == {0, 1}, "reads spread over the leader's appliance, not to another one"
 
@@ -60,3 +65,11 @@ def test_a_consumer_reads_through_workers_that_do_not_own_the_partitions(applian
     finally:
         region.close()
     assert served_by_other > 0, "no partition was read through a worker that does not own it"
+
+
+def test_a_broker_before_api_versions_v3_is_asked_again_at_a_version_it_serves():
+    from klog.outgoing import api_versions_retry
+    older = api_versions.Response(error_code=35, api_keys=[
+        api_versions.ApiVersion(api_key=18, min_version=0, max_version=2)])
+    assert api_versions_retry(older) == 2
+    assert api_versions_retry(api_versions.Response(error_code=0, api_keys=[])) is None

@@ -10,6 +10,7 @@ from appliance.workers.handlers import (
     add_offsets_to_txn,
     add_partitions_to_txn,
     alter_configs,
+    alter_partition_reassignments,
     alter_user_scram_credentials,
     api_versions,
     create_acls,
@@ -19,10 +20,13 @@ from appliance.workers.handlers import (
     delete_groups,
     delete_topics,
     describe_acls,
+    describe_cluster,
     describe_configs,
     describe_groups,
+    describe_log_dirs,
     describe_transactions,
     describe_user_scram_credentials,
+    elect_leaders,
     end_txn,
     fetch,
     find_coordinator,
@@ -33,6 +37,7 @@ from appliance.workers.handlers import (
     leave_group,
     list_groups,
     list_offsets,
+    list_partition_reassignments,
     list_transactions,
     metadata,
     offset_commit,
@@ -55,6 +60,8 @@ MODULES = (
     alter_user_scram_credentials, write_txn_markers, add_partitions_to_txn, add_offsets_to_txn,
     end_txn, describe_transactions, list_transactions, txn_offset_commit,
     alter_configs, incremental_alter_configs,
+    describe_cluster, describe_log_dirs, elect_leaders, alter_partition_reassignments,
+    list_partition_reassignments,
 )
 
 HANDLERS = {module.API_KEY: module.handle for module in MODULES}

@@ -13,6 +13,10 @@ from klog.protocol.fieldtypes import BOOL, INT16, INT32, INT64, STRING, Array
 from klog.protocol.schema import Field, Message, Struct
 
 KEY = 18
+# klog's supported feature (v3+): its versions are how many node ids one appliance spans
+# (node id = broker.id * 100 + worker index), which tells klog's client which workers share an
+# appliance (klog/metadata.py). Kafka clients ignore features they do not know.
+APPLIANCE_FEATURE = "klog.nodes-per-appliance"
 
 
 class ApiVersionsRequest(Message, versions="0-3", flexible="3+"):
