@@ -16,10 +16,12 @@ from appliance.workers.handlers import (
     create_topics,
     delete_acls,
     delete_groups,
+    delete_records,
     delete_topics,
     describe_acls,
     describe_configs,
     describe_groups,
+    describe_producers,
     describe_transactions,
     describe_user_scram_credentials,
     end_txn,
@@ -34,6 +36,7 @@ from appliance.workers.handlers import (
     list_transactions,
     metadata,
     offset_commit,
+    offset_delete,
     offset_fetch,
     offset_for_leader_epoch,
     produce,
@@ -51,7 +54,8 @@ MODULES = (
     create_partitions, offset_for_leader_epoch, sasl_handshake, sasl_authenticate,
     describe_acls, create_acls, delete_acls, describe_user_scram_credentials,
     alter_user_scram_credentials, write_txn_markers, add_partitions_to_txn, add_offsets_to_txn,
-    end_txn, describe_transactions, list_transactions, txn_offset_commit,
+    end_txn, describe_transactions, list_transactions, txn_offset_commit, delete_records,
+    offset_delete, describe_producers,
 )
 
 HANDLERS = {module.API_KEY: module.handle for module in MODULES}
