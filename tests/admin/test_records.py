@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -180,3 +181,42 @@ def test_a_restart_keeps_the_log_start(appliance):
     appliance.start()
     assert earliest(appliance, topic) == {0: 55, 1: 3}
     assert first_offset_from_beginning(appliance, topic, 0) == 55
+
+
+def test_list_offsets_max_timestamp_kip_734(appliance):
+    """ListOffsets v7+ with timestamp -3: the offset and timestamp of the record with the
+    largest timestamp (the first of equals), below the high watermark, after a DeleteRecords."""
+    from confluent_kafka.admin import OffsetSpec
+
+    topic = f"records-{next(_names)}"
+    with klog.Admin(appliance.bootstrap) as admin:
+        admin.create_topic(topic, 1, configs={"segment.bytes": "2048"})
+    base = int(time.time() * 1000) - 60_000  # recent: retention.ms keeps it
+    stamps = [base + i for i in range(60)]
+    stamps[23] = base + 10_000  # the largest, in the middle of a segment and of the log
+    stamps[41] = base + 10_000  # an equal one later: the first wins
+    producer = Producer({"bootstrap.servers": appliance.bootstrap, "linger.ms": 0})
+    for i, stamp in enumerate(stamps):
+        producer.produce(topic, value=b"x" * 64, partition=0, timestamp=stamp)
+        if i % 7 == 6:
+            producer.flush(10)
+    assert producer.flush(10) == 0
+    admin = AdminClient({"bootstrap.servers": appliance.bootstrap})
+
+    def max_timestamp():
+        tp = TopicPartition(topic, 0)
+        return admin.list_offsets({tp: OffsetSpec.max_timestamp()})[tp].result(timeout=30)
+
+    found = max_timestamp()
+    assert (found.offset, found.timestamp) == (23, base + 10_000)
+    assert raw_delete(appliance, topic, 0, 30).low_watermark == 30  # the first one goes
+    found = max_timestamp()
+    assert (found.offset, found.timestamp) == (41, base + 10_000)
+    kp = KafkaAdminClient(bootstrap_servers=appliance.bootstrap)
+    try:
+        from kafka.admin import OffsetSpec as KOffsetSpec
+        answer = kp.list_partition_offsets({KTopicPartition(topic, 0): KOffsetSpec.MAX_TIMESTAMP})
+    finally:
+        kp.close()
+    (info,) = answer.values()
+    assert info.offset == 41
