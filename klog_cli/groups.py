@@ -30,7 +30,8 @@ def add_arguments(parser) -> None:
     describe.add_argument("group")
     describe.add_argument("--json", action="store_true")
     groups_reset.add_arguments(actions.add_parser(
-        "reset-offsets", help="move an empty group's committed offsets"))
+        "reset-offsets",
+        help="show (or with --execute, make) new committed offsets of an empty group"))
     delete = actions.add_parser("delete", help="delete empty groups and their offsets")
     delete.add_argument("groups", nargs="+", metavar="GROUP")
 
