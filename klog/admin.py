@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from klog.admin_groups import GroupDescription, GroupListing, describe_group
+from klog.admin_records import delete_records_before
 from klog.admin_transactions import (
     TransactionDescription,
     TransactionListing,
@@ -214,6 +215,13 @@ class Admin:
                               broker=conn.address)
                     offsets[p.partition_index] = p.offset
         return dict(sorted(offsets.items()))
+
+    def delete_records(self, offsets: dict[TopicPartition, int]
+                       ) -> dict[TopicPartition, int | KafkaError]:
+        """Kafka's DeleteRecords: move each partition's log start up to its offset (-1: the
+        high watermark), on its leader. Per partition, the new low watermark or the
+        KafkaError (OFFSET_OUT_OF_RANGE beyond the high watermark, ...). klog/admin_records.py."""
+        return delete_records_before(self, offsets, timeout_ms=self._timeout_ms)
 
     # -- consumer groups ----------------------------------------------------------------------
 
