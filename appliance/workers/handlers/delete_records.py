@@ -11,13 +11,17 @@ low_watermark is the leader's log start afterwards.
 The new log start is persisted at once (``partition.state``, klog's log-start-offset
 checkpoint) and published to the other workers through the shm region, so reads below it
 answer OFFSET_OUT_OF_RANGE on every worker and after a restart. Followers in a fleet move
-theirs from the log_start_offset of their next fetch answer (Partition.follow_log_start).
-Difference from Kafka: the answer does not wait for the followers' log starts as Kafka's
-DelayedDeleteRecords does; it is sent once the leader's is moved and persisted.
+theirs from the log_start_offset of their next fetch answer (Partition.follow_log_start), and
+their following fetch states it back. As Kafka's DelayedDeleteRecords, the answer waits (up to
+the request's timeout_ms) until every follower on a live node has its log start there (the
+partition's low watermark, Partition.low_watermark); a wait that times out answers
+REQUEST_TIMED_OUT for that partition (the leader's log start has moved all the same, and the
+followers still follow).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from appliance.security.acls import Operation
@@ -38,7 +42,7 @@ def _result(index: int, error: ErrorCode, low_watermark: int = -1):
         partition_index=index, low_watermark=low_watermark, error_code=int(error))
 
 
-def _delete_one(worker, topic: str, index: int, offset: int):
+def _delete_one(worker, topic: str, index: int, offset: int, waits: list):
     info = worker.control.topic(topic)
     if info is not None and info.internal:
         return _result(index, ErrorCode.INVALID_TOPIC_EXCEPTION)
@@ -61,18 +65,37 @@ def _delete_one(worker, topic: str, index: int, offset: int):
             return _result(index, ErrorCode.KAFKA_STORAGE_ERROR)
         log.info("%s-%d: DeleteRecords moved the log start %d -> %d, %d segment(s) deleted",
                  topic, index, before, plog.log_start_offset, deleted)
-    return _result(index, ErrorCode.NONE, plog.log_start_offset)
+    result = _result(index, ErrorCode.NONE, plog.log_start_offset)
+    if partition.role is not None:
+        waits.append((result, partition, target))
+    return result
+
+
+async def _settle(waits: list, timeout_ms: int, response):
+    """Kafka's DelayedDeleteRecords: each replicated partition's answer once its low
+    watermark reached the offset, or REQUEST_TIMED_OUT / NOT_LEADER_OR_FOLLOWER."""
+    outcomes = await asyncio.gather(*(partition.deleted_on_replicas(target, timeout_ms)
+                                      for _, partition, target in waits))
+    for (result, partition, _), error in zip(waits, outcomes, strict=True):
+        if error != ErrorCode.NONE:
+            result.error_code = int(error)
+        result.low_watermark = partition.low_watermark()
+    return response
 
 
 def handle(worker: HandlerContext, request):
     denied = access.refused_topics(worker, request, Operation.DELETE,
                                    [t.name for t in request.body.topics])
+    waits: list = []
     topics = [
         delete_records.DeleteRecordsTopicResult(name=topic.name, partitions=[
             _result(p.partition_index, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
             if topic.name in denied
-            else _delete_one(worker, topic.name, p.partition_index, p.offset)
+            else _delete_one(worker, topic.name, p.partition_index, p.offset, waits)
             for p in topic.partitions])
         for topic in request.body.topics
     ]
-    return delete_records.Response(throttle_time_ms=0, topics=topics)
+    response = delete_records.Response(throttle_time_ms=0, topics=topics)
+    if not waits:
+        return response
+    return _settle(waits, request.body.timeout_ms, response)
