@@ -17,8 +17,10 @@ from kafka import TopicPartition as KTopicPartition
 from kafka.errors import OffsetOutOfRangeError
 
 import klog
+from klog.errors import KafkaError
 from klog.protocol.apis import delete_records, fetch
 from klog.protocol.error_codes import ErrorCode
+from klog.wire import BrokerConnection
 from tests.conftest import running_appliance
 
 RECORDS = 100
@@ -65,18 +67,23 @@ def earliest(appliance, topic: str) -> dict[int, int]:
         return admin.list_offsets(topic, klog.admin.EARLIEST)
 
 
-def raw_delete(appliance, topic: str, partition: int, offset: int):
-    """One DeleteRecords to the partition's leader (klog's admin finds it); the answer's
-    partition result as it came."""
+def delete(appliance, topic: str, partition: int, offset: int) -> int | KafkaError:
+    """klog's admin DeleteRecords (on the partition's leader): the low watermark or the error."""
     with klog.Admin(appliance.bootstrap) as admin:
-        leader = admin.describe_topic(topic).partitions[partition].leader \
-            if topic in admin.list_topics() and partition < len(
-                admin.describe_topic(topic).partitions) else 0
-        conn = admin._leader_connection(leader, admin._metadata([]).brokers)
+        return admin.delete_records({klog.TopicPartition(topic, partition): offset}).popitem()[1]
+
+
+def raw_delete(appliance, topic: str, partition: int, offset: int):
+    """One DeleteRecords straight to worker 0, whatever the metadata says: the broker's own
+    answer for partitions the admin clients would refuse before asking."""
+    conn = BrokerConnection("127.0.0.1", appliance.port, client_id="test", timeout_s=10)
+    try:
         answer = conn.call(delete_records, timeout_ms=5000, topics=[
             delete_records.DeleteRecordsTopic(name=topic, partitions=[
                 delete_records.DeleteRecordsPartition(partition_index=partition,
                                                       offset=offset)])])
+    finally:
+        conn.close()
     return answer.topics[0].partitions[0]
 
 
@@ -93,7 +100,7 @@ def test_confluent_deletes_records_before_an_offset(appliance):
 
 def test_older_offsets_answer_offset_out_of_range(appliance):
     topic = filled_topic(appliance, partitions=1)
-    assert raw_delete(appliance, topic, 0, 60).low_watermark == 60
+    assert delete(appliance, topic, 0, 60) == 60
     consumer = KafkaConsumer(bootstrap_servers=appliance.bootstrap, auto_offset_reset="none",
                              enable_auto_commit=False, group_id=None)
     try:
@@ -105,17 +112,21 @@ def test_older_offsets_answer_offset_out_of_range(appliance):
                 consumer.poll(timeout_ms=200)
     finally:
         consumer.close()
-    with klog.Admin(appliance.bootstrap) as admin:
-        leader = admin.describe_topic(topic).partitions[0].leader
-        conn = admin._leader_connection(leader, admin._metadata([]).brokers)
-        answer = conn.call(fetch, replica_id=-1, max_wait_ms=0, min_bytes=1,
-                           max_bytes=1 << 20, isolation_level=0, session_id=0,
-                           session_epoch=-1, forgotten_topics_data=[], rack_id="", topics=[
-                               fetch.FetchTopic(topic=topic, partitions=[fetch.FetchPartition(
-                                   partition=0, fetch_offset=59, log_start_offset=-1,
-                                   partition_max_bytes=1 << 20)])])
-    part = answer.responses[0].partitions[0]
-    assert part.error_code == ErrorCode.OFFSET_OUT_OF_RANGE and part.log_start_offset == 60
+    for port in appliance.ports():  # the owner and a worker reading its published state
+        conn = BrokerConnection("127.0.0.1", port, client_id="test", timeout_s=10)
+        try:
+            answer = conn.call(fetch, replica_id=-1, max_wait_ms=0, min_bytes=1,
+                               max_bytes=1 << 20, isolation_level=0, session_id=0,
+                               session_epoch=-1, forgotten_topics_data=[], rack_id="",
+                               topics=[fetch.FetchTopic(topic=topic, partitions=[
+                                   fetch.FetchPartition(partition=0, fetch_offset=59,
+                                                        log_start_offset=-1,
+                                                        partition_max_bytes=1 << 20)])])
+        finally:
+            conn.close()
+        part = answer.responses[0].partitions[0]
+        assert part.error_code == ErrorCode.OFFSET_OUT_OF_RANGE, port
+        assert part.log_start_offset == 60
 
 
 def test_kafka_python_deletes_records(appliance):
@@ -153,16 +164,15 @@ def test_aiokafka_deletes_records(appliance):
 
 def test_bad_input_gets_kafkas_errors_and_changes_nothing(appliance):
     topic = filled_topic(appliance, partitions=1)
-    assert raw_delete(appliance, topic, 0, 10).low_watermark == 10
-    beyond = raw_delete(appliance, topic, 0, RECORDS + 1)
-    assert beyond.error_code == ErrorCode.OFFSET_OUT_OF_RANGE
-    negative = raw_delete(appliance, topic, 0, -2)
-    assert negative.error_code == ErrorCode.OFFSET_OUT_OF_RANGE
-    assert raw_delete(appliance, topic, 0, 5).low_watermark == 10  # below the start: no change
+    assert delete(appliance, topic, 0, 10) == 10
+    assert delete(appliance, topic, 0, RECORDS + 1).code == ErrorCode.OFFSET_OUT_OF_RANGE
+    assert delete(appliance, topic, 0, -2).code == ErrorCode.OFFSET_OUT_OF_RANGE
+    assert delete(appliance, topic, 0, 5) == 10  # below the start: nothing changes
     assert earliest(appliance, topic) == {0: 10}
     unknown = raw_delete(appliance, "no-such-topic", 0, 1)
     assert unknown.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     assert raw_delete(appliance, topic, 7, 1).error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert delete(appliance, topic, 7, 1).code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     admin = AdminClient({"bootstrap.servers": appliance.bootstrap})
     future = admin.delete_records([TopicPartition(topic, 0, RECORDS + 5)])[
         TopicPartition(topic, 0, RECORDS + 5)]
@@ -175,8 +185,8 @@ def test_bad_input_gets_kafkas_errors_and_changes_nothing(appliance):
 
 def test_a_restart_keeps_the_log_start(appliance):
     topic = filled_topic(appliance)
-    assert raw_delete(appliance, topic, 0, 55).low_watermark == 55
-    assert raw_delete(appliance, topic, 1, 3).low_watermark == 3
+    assert delete(appliance, topic, 0, 55) == 55
+    assert delete(appliance, topic, 1, 3) == 3
     appliance.stop()
     appliance.start()
     assert earliest(appliance, topic) == {0: 55, 1: 3}
@@ -209,7 +219,7 @@ def test_list_offsets_max_timestamp_kip_734(appliance):
 
     found = max_timestamp()
     assert (found.offset, found.timestamp) == (23, base + 10_000)
-    assert raw_delete(appliance, topic, 0, 30).low_watermark == 30  # the first one goes
+    assert delete(appliance, topic, 0, 30) == 30  # the first one goes
     found = max_timestamp()
     assert (found.offset, found.timestamp) == (41, base + 10_000)
     kp = KafkaAdminClient(bootstrap_servers=appliance.bootstrap)
