@@ -73,10 +73,11 @@ def delete(appliance, topic: str, partition: int, offset: int) -> int | KafkaErr
         return admin.delete_records({klog.TopicPartition(topic, partition): offset}).popitem()[1]
 
 
-def raw_delete(appliance, topic: str, partition: int, offset: int):
-    """One DeleteRecords straight to worker 0, whatever the metadata says: the broker's own
+def raw_delete(appliance, topic: str, partition: int, offset: int, worker: int = 0):
+    """One DeleteRecords straight to a worker, whatever the metadata says: the broker's own
     answer for partitions the admin clients would refuse before asking."""
-    conn = BrokerConnection("127.0.0.1", appliance.port, client_id="test", timeout_s=10)
+    conn = BrokerConnection("127.0.0.1", appliance.ports()[worker], client_id="test",
+                            timeout_s=10)
     try:
         answer = conn.call(delete_records, timeout_ms=5000, topics=[
             delete_records.DeleteRecordsTopic(name=topic, partitions=[
@@ -173,14 +174,21 @@ def test_bad_input_gets_kafkas_errors_and_changes_nothing(appliance):
     assert unknown.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     assert raw_delete(appliance, topic, 7, 1).error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     assert delete(appliance, topic, 7, 1).code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    # only the leader deletes; the other worker sends the client there
+    answers = sorted(raw_delete(appliance, topic, 0, 50, worker=w).error_code for w in (0, 1))
+    assert answers == [ErrorCode.NONE, ErrorCode.NOT_LEADER_OR_FOLLOWER]
+    compacted = f"records-{next(_names)}"
+    with klog.Admin(appliance.bootstrap) as ours:
+        ours.create_topic(compacted, 1, configs={"cleanup.policy": "compact"})
+    assert delete(appliance, compacted, 0, -1).code == ErrorCode.POLICY_VIOLATION  # Kafka's
     admin = AdminClient({"bootstrap.servers": appliance.bootstrap})
     future = admin.delete_records([TopicPartition(topic, 0, RECORDS + 5)])[
         TopicPartition(topic, 0, RECORDS + 5)]
     with pytest.raises(Exception, match="OFFSET_OUT_OF_RANGE|out of range"):
         future.result(timeout=30)
-    assert earliest(appliance, topic) == {0: 10}
+    assert earliest(appliance, topic) == {0: 50}
     # the worker keeps serving
-    assert first_offset_from_beginning(appliance, topic, 0) == 10
+    assert first_offset_from_beginning(appliance, topic, 0) == 50
 
 
 def test_a_restart_keeps_the_log_start(appliance):
