@@ -322,7 +322,8 @@ class Partition:
         (KIP-320) is refused: an older one has not truncated for this epoch yet
         (FENCED_LEADER_EPOCH), a newer one means we have not heard of it yet
         (UNKNOWN_LEADER_EPOCH); either way it must not copy from this log now. Raises
-        OffsetOutOfRangeError, StorageError as a read does."""
+        OffsetOutOfRangeError, StorageError as a read does. `log_start_offset` (Fetch v5+) is
+        the follower's own log start: DeleteRecords waits for it (`deleted_on_replicas`)."""
         role = self.role
         if role is None or not role.leading or replica_id not in role.state.replicas:
             return ErrorCode.NOT_LEADER_OR_FOLLOWER
