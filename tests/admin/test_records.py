@@ -230,6 +230,8 @@ def test_list_offsets_max_timestamp_kip_734(appliance):
     assert delete(appliance, topic, 0, 30) == 30  # the first one goes
     found = max_timestamp()
     assert (found.offset, found.timestamp) == (41, base + 10_000)
+    with klog.Admin(appliance.bootstrap) as ours:  # v8's EARLIEST_LOCAL (KIP-405): the start
+        assert ours.list_offsets(topic, -4) == {0: 30}
     kp = KafkaAdminClient(bootstrap_servers=appliance.bootstrap)
     try:
         from kafka.admin import OffsetSpec as KOffsetSpec
