@@ -218,6 +218,24 @@ def test_delete_removes_an_empty_group_and_its_offsets(appliance):
     assert again.returncode == 1 and "GROUP_ID_NOT_FOUND" in again.stderr
 
 
+def test_delete_offsets_as_kafka_consumer_groups(appliance):
+    topic, group = make_topic(appliance), group_on(appliance, 0)
+    consumer, _ = join(appliance, group, topic)
+    try:
+        commit(consumer, topic, {0: 3, 1: 4})
+        kept = groups(appliance, "delete-offsets", group, "--topic", topic)
+        assert kept.returncode == 1 and "GROUP_SUBSCRIBED_TO_TOPIC" in kept.stdout
+        assert committed(appliance, group) == {0: 3, 1: 4}
+    finally:
+        consumer.close()
+    done = groups(appliance, "delete-offsets", group, "--topic", topic, "--partitions", "1")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"{topic}\t1\tSuccessful" in done.stdout
+    assert committed(appliance, group) == {0: 3}
+    missing = groups(appliance, "delete-offsets", f"{group}-none", "--topic", topic)
+    assert missing.returncode == 1 and "GROUP_ID_NOT_FOUND" in missing.stderr
+
+
 def test_errors_are_one_line_and_a_status(appliance, tmp_path):
     topic, group = make_topic(appliance, partitions=1), group_on(appliance, 0)
     missing_topic = groups(appliance, "reset-offsets", group, "--topic", "no-such-topic",
