@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from klog.admin_groups import GroupDescription, GroupListing, describe_group
+from klog.admin_records import delete_records_before
 from klog.admin_transactions import (
     TransactionDescription,
     TransactionListing,
@@ -41,6 +42,7 @@ from klog.protocol.apis import (
     list_transactions,
     metadata,
     offset_commit,
+    offset_delete,
     offset_fetch,
 )
 from klog.protocol.error_codes import ErrorCode
@@ -215,6 +217,13 @@ class Admin:
                     offsets[p.partition_index] = p.offset
         return dict(sorted(offsets.items()))
 
+    def delete_records(self, offsets: dict[TopicPartition, int]
+                       ) -> dict[TopicPartition, int | KafkaError]:
+        """Kafka's DeleteRecords: move each partition's log start up to its offset (-1: the
+        high watermark), on its leader. Per partition, the new low watermark or the
+        KafkaError (OFFSET_OUT_OF_RANGE beyond the high watermark, ...). klog/admin_records.py."""
+        return delete_records_before(self, offsets, timeout_ms=self._timeout_ms)
+
     # -- consumer groups ----------------------------------------------------------------------
 
     def _on_coordinator(self, group_id: str, ask: Callable[[BrokerConnection], tuple],
@@ -346,6 +355,28 @@ class Admin:
             results[group_id] = None if code == ErrorCode.NONE else error_for(
                 code, f"group {group_id!r}")
         return results
+
+    def delete_group_offsets(self, group_id: str, partitions: Iterable[TopicPartition]
+                             ) -> dict[TopicPartition, KafkaError | None]:
+        """OffsetDelete (KIP-496): remove some committed offsets of a group. Per partition:
+        None when gone (or none was committed), or the KafkaError (GROUP_SUBSCRIBED_TO_TOPIC:
+        a live member consumes the topic; UNKNOWN_TOPIC_OR_PARTITION). A group-level refusal
+        (GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP) raises KafkaError."""
+        by_topic: dict[str, list[int]] = {}
+        for tp in partitions:
+            by_topic.setdefault(tp.topic, []).append(tp.partition)
+
+        def ask(conn):
+            answer = conn.call(offset_delete, group_id=group_id, topics=[
+                offset_delete.OffsetDeleteRequestTopic(name=t, partitions=[
+                    offset_delete.OffsetDeleteRequestPartition(partition_index=p) for p in ps])
+                for t, ps in by_topic.items()])
+            return answer, answer.error_code
+
+        _, answer = self._on_coordinator(group_id, ask)
+        return {TopicPartition(t.name, p.partition_index): None if p.error_code == 0
+                else error_for(p.error_code, topic=t.name, partition=p.partition_index)
+                for t in answer.topics for p in t.partitions}
 
     # -- transactions -------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""`klog groups list|describe|reset-offsets|delete` (Kafka's kafka-consumer-groups).
+"""`klog groups list|describe|reset-offsets|delete-offsets|delete` (kafka-consumer-groups).
 
 Everything goes through klog.Admin: ListGroups on every node, DescribeGroups and OffsetFetch
 on the group's coordinator, ListOffsets for log ends. Lag is computed here, per partition, as
@@ -16,7 +16,7 @@ from rich.table import Table
 
 from klog.admin import LATEST
 from klog.errors import ErrorCode, UnknownTopicOrPartitionError
-from klog_cli import groups_reset
+from klog_cli import groups_delete_offsets, groups_reset
 from klog_cli.admin_action import run_action
 
 
@@ -30,7 +30,10 @@ def add_arguments(parser) -> None:
     describe.add_argument("group")
     describe.add_argument("--json", action="store_true")
     groups_reset.add_arguments(actions.add_parser(
-        "reset-offsets", help="move an empty group's committed offsets"))
+        "reset-offsets",
+        help="show (or with --execute, make) new committed offsets of an empty group"))
+    groups_delete_offsets.add_arguments(actions.add_parser(
+        "delete-offsets", help="delete some committed offsets of a group (OffsetDelete)"))
     delete = actions.add_parser("delete", help="delete empty groups and their offsets")
     delete.add_argument("groups", nargs="+", metavar="GROUP")
 
@@ -168,4 +171,4 @@ def _delete(admin, args) -> int:
 
 
 ACTIONS = {"list": _list, "describe": _describe, "reset-offsets": groups_reset.run,
-           "delete": _delete}
+           "delete-offsets": groups_delete_offsets.run, "delete": _delete}

@@ -4,7 +4,11 @@ Kafka's rules (kafka-consumer-groups --reset-offsets): only a group without memb
 member would overwrite the new offsets with its next commit (and the coordinator accepts an
 administrator's commit only then); `--to-offset` is clamped to what the log holds; a datetime
 after the last record means the log end. The new offsets are a pure function of offsets read
-first, so `--dry-run` shows exactly what a real run would write, and writes nothing.
+first, so the preview shows exactly what a real run would write, and writes nothing.
+
+As Kafka's tool, it only previews unless told `--execute`: an operator with Kafka's habits
+never rewrites a group's offsets by accident. `--dry-run` asks for the preview explicitly
+(scripts); with neither flag the preview comes with Kafka's warning on stderr.
 """
 
 from __future__ import annotations
@@ -46,7 +50,11 @@ def add_arguments(parser) -> None:
     target.add_argument("--to-datetime", type=parse_datetime_ms, metavar="ISO",
                         help="the first record at or after this time")
     target.add_argument("--to-offset", type=int, metavar="N", help="offset N (clamped)")
-    parser.add_argument("--dry-run", action="store_true", help="show the plan, change nothing")
+    action = parser.add_mutually_exclusive_group()
+    action.add_argument("--execute", action="store_true",
+                        help="write the new offsets (without it: only show them)")
+    action.add_argument("--dry-run", action="store_true",
+                        help="show the plan, change nothing (the default)")
 
 
 def new_offset(args, earliest: int, latest: int, at_time: int | None) -> int:
@@ -87,9 +95,13 @@ def run(admin, args) -> int:
     changes = {tp: (current.get(tp), new_offset(args, earliest[tp.partition],
                                                 latest[tp.partition], at_time.get(tp.partition)))
                for tp in partitions}
-    if not args.dry_run:
+    if args.execute:
         admin.alter_group_offsets(args.group, {tp: new for tp, (_, new) in changes.items()})
-    verb = "would move (dry run, nothing changed)" if args.dry_run else "moved"
+    elif not args.dry_run:
+        print("WARN: No action will be performed as the --execute option is missing. "
+              "Add --dry-run to preview without this warning, --execute to write.",
+              file=sys.stderr)
+    verb = "moved" if args.execute else "would move (dry run, nothing changed)"
     table = Table(title=f"group {args.group}: offsets {verb}")
     for column in ("topic", "partition", "old", "new"):
         table.add_column(column, justify="left" if column == "topic" else "right")

@@ -19,6 +19,7 @@ COMMANDS = {
     "produce": ("produce", "send stdin lines to a topic, one message per line"),
     "consume": ("consume", "print a topic's messages (kcat-style --format)"),
     "groups": ("groups", "list, describe, reset offsets of and delete consumer groups"),
+    "records": ("records", "delete records before an offset, as kafka-delete-records"),
     "transactions": ("transactions", "list and describe transactions (transactional ids)"),
     "users": ("users", "add, remove and list the SCRAM users of an appliance alone"),
     "acls": ("acls", "add, remove and list ACLs, as Kafka's kafka-acls.sh"),

@@ -456,6 +456,13 @@ class PartitionLog:
         ``klog.protocol.records`` can decode the batch (see ``lookup.refine_in_batch``)."""
         return log_reads.offset_for_timestamp(self, timestamp_ms)
 
+    def offset_of_max_timestamp(self, end_offset: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with the largest timestamp below
+        ``end_offset`` (the high watermark, or the last stable offset), or None when there is
+        none (KIP-734's ListOffsets MAX_TIMESTAMP). Reads the headers of the one segment whose
+        max timestamp is largest, all segments' only when that record is past ``end_offset``."""
+        return log_reads.offset_of_max_timestamp(self, end_offset)
+
     def iter_batch_headers(
         self, start_offset: int | None = None
     ) -> Iterator[tuple[BatchPosition, rb.BatchHeader]]:

@@ -133,3 +133,41 @@ def iter_batch_headers(plog, start: int) -> Iterator[tuple[BatchPosition, BatchH
         if found is not None:
             for position, header in segment.headers(found[0], segment.size):
                 yield BatchPosition(segment.base_offset, position), header
+
+
+def offset_of_max_timestamp(plog, end_offset: int) -> tuple[int, int] | None:
+    """See :meth:`PartitionLog.offset_of_max_timestamp`."""
+    if plog.closed:
+        raise LogClosedError(plog.directory)
+    start = plog.log_start_offset
+    live = [s for s in plog.segments
+            if s.size and s.next_offset > start and s.base_offset < end_offset]
+    if not live:
+        return None
+    # the segment holding the largest timestamp (its own max, kept in memory) usually holds
+    # it below end_offset; only when its batch lies past end_offset (not yet replicated, not
+    # yet stable) are the other segments' headers read too
+    best = max(live, key=lambda s: s.max_timestamp)
+    found = _max_batch([best], start, end_offset)
+    if found is None or found[2].max_timestamp < best.max_timestamp:
+        found = _max_batch(live, start, end_offset)
+    if found is None:
+        return None
+    segment, position, header = found
+    offset, timestamp = lookup.refine_in_batch(segment, position, header, header.max_timestamp)
+    return max(offset, start), timestamp
+
+
+def _max_batch(segments, start: int, end_offset: int):
+    """(segment, position, header) of the first batch with the largest max_timestamp among
+    the whole batches in [start, end_offset) of ``segments``, or None."""
+    found = None
+    for segment in segments:
+        for position, header in segment.headers(0, segment.size):
+            if header.last_offset < start:
+                continue
+            if header.last_offset >= end_offset:
+                break
+            if found is None or header.max_timestamp > found[2].max_timestamp:
+                found = (segment, position, header)
+    return found

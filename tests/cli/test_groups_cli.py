@@ -141,7 +141,7 @@ def test_an_active_group_is_neither_reset_nor_deleted(appliance):
     consumer, _ = join(appliance, group, topic)
     try:
         commit(consumer, topic, {0: 2, 1: 3})
-        for target in (["--to-earliest"], ["--to-offset", "5", "--dry-run"]):
+        for target in (["--to-earliest", "--execute"], ["--to-offset", "5", "--dry-run"]):
             refused = groups(appliance, "reset-offsets", group, "--topic", topic, *target)
             assert refused.returncode == 1
             assert "1 member(s)" in refused.stderr and "stop its consumers" in refused.stderr
@@ -165,17 +165,25 @@ def test_reset_offsets_after_the_group_emptied(appliance):
 
     dry = reset("--to-earliest", "--dry-run")
     assert "dry run" in dry.stdout and committed(appliance, group) == {0: 5, 1: 6}
-    reset("--to-earliest")
+    assert "WARN" not in dry.stderr
+    # Kafka's default: without --execute, only a preview (and a warning saying so)
+    preview = reset("--to-earliest")
+    assert "dry run" in preview.stdout and "--execute" in preview.stderr
+    assert committed(appliance, group) == {0: 5, 1: 6}
+    both = groups(appliance, "reset-offsets", group, "--topic", topic, "--to-earliest",
+                  "--dry-run", "--execute")
+    assert both.returncode == 2 and committed(appliance, group) == {0: 5, 1: 6}
+    reset("--to-earliest", "--execute")
     assert committed(appliance, group) == {0: 0, 1: 0}
-    reset("--to-latest")
+    reset("--to-latest", "--execute")
     assert committed(appliance, group) == {0: RECORDS, 1: RECORDS}
-    reset("--to-offset", "3", "--partitions", "1")
+    reset("--to-offset", "3", "--partitions", "1", "--execute")
     assert committed(appliance, group) == {0: RECORDS, 1: 3}
-    reset("--to-offset", "99")  # beyond the log end: clamped, as Kafka's tool does
+    reset("--to-offset", "99", "--execute")  # beyond the log end: clamped, as Kafka's tool
     assert committed(appliance, group) == {0: RECORDS, 1: RECORDS}
-    reset("--to-datetime", _iso(T0_MS + 1000 * 1000))  # after the last record: the log end
+    reset("--to-datetime", _iso(T0_MS + 1000 * 1000), "--execute")  # after the last record
     assert committed(appliance, group) == {0: RECORDS, 1: RECORDS}
-    moved = reset("--to-datetime", _iso(T0_MS + 6500), "--partitions", "0,1")
+    moved = reset("--to-datetime", _iso(T0_MS + 6500), "--partitions", "0,1", "--execute")
     assert committed(appliance, group) == {0: 7, 1: 7}  # first record at or after +6.5 s
     assert "10" in moved.stdout and "7" in moved.stdout  # old -> new per partition
 
@@ -208,6 +216,24 @@ def test_delete_removes_an_empty_group_and_its_offsets(appliance):
     assert gone.returncode == 1 and "does not exist" in gone.stderr
     again = groups(appliance, "delete", group)
     assert again.returncode == 1 and "GROUP_ID_NOT_FOUND" in again.stderr
+
+
+def test_delete_offsets_as_kafka_consumer_groups(appliance):
+    topic, group = make_topic(appliance), group_on(appliance, 0)
+    consumer, _ = join(appliance, group, topic)
+    try:
+        commit(consumer, topic, {0: 3, 1: 4})
+        kept = groups(appliance, "delete-offsets", group, "--topic", topic)
+        assert kept.returncode == 1 and "GROUP_SUBSCRIBED_TO_TOPIC" in kept.stdout
+        assert committed(appliance, group) == {0: 3, 1: 4}
+    finally:
+        consumer.close()
+    done = groups(appliance, "delete-offsets", group, "--topic", topic, "--partitions", "1")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"{topic}\t1\tSuccessful" in done.stdout
+    assert committed(appliance, group) == {0: 3}
+    missing = groups(appliance, "delete-offsets", f"{group}-none", "--topic", topic)
+    assert missing.returncode == 1 and "GROUP_ID_NOT_FOUND" in missing.stderr
 
 
 def test_errors_are_one_line_and_a_status(appliance, tmp_path):

@@ -33,6 +33,7 @@ from collections.abc import Iterable
 
 from appliance.identity import NODES_PER_APPLIANCE
 from appliance.workers.coordinator_loads import PartitionLoads
+from appliance.workers.groups import offset_deletion
 from appliance.workers.groups.compaction import Compaction
 from appliance.workers.groups.coordination import (
     ALONE,
@@ -384,6 +385,32 @@ class GroupCoordinator:
         except CoordinatorError as exc:
             return exc.code
         return ErrorCode.NONE
+
+    async def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]
+                             ) -> tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]:
+        """OffsetDelete (offset_deletion.py says which may go): tombstones for the offsets
+        that go, acknowledged once replicated. Returns (group error, answer per partition)."""
+        try:
+            partition = self._partition_here(group_id)
+            self._refuse_short_isr(partition)
+        except CoordinatorError as exc:
+            return exc.code, {}
+        group = self.groups.get(group_id)
+        refused = offset_deletion.group_refusal(group)
+        if refused is not None:
+            return refused, {}
+        committed = self.committed(group_id)
+        answers, gone = offset_deletion.partition_answers(group, partitions, committed)
+        if not gone:
+            return ErrorCode.NONE, answers
+        last = self.append(partition, [offset_record(group_id, t, p, None) for t, p in gone])
+        for key in gone:
+            committed.pop(key, None)
+        try:
+            await self._committed(partition, last)
+        except CoordinatorError as exc:
+            return exc.code, {}
+        return ErrorCode.NONE, answers
 
     # -- time -------------------------------------------------------------------------------
 

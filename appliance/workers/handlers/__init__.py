@@ -18,12 +18,14 @@ from appliance.workers.handlers import (
     create_topics,
     delete_acls,
     delete_groups,
+    delete_records,
     delete_topics,
     describe_acls,
     describe_cluster,
     describe_configs,
     describe_groups,
     describe_log_dirs,
+    describe_producers,
     describe_transactions,
     describe_user_scram_credentials,
     elect_leaders,
@@ -41,6 +43,7 @@ from appliance.workers.handlers import (
     list_transactions,
     metadata,
     offset_commit,
+    offset_delete,
     offset_fetch,
     offset_for_leader_epoch,
     produce,
@@ -62,6 +65,7 @@ MODULES = (
     alter_configs, incremental_alter_configs,
     describe_cluster, describe_log_dirs, elect_leaders, alter_partition_reassignments,
     list_partition_reassignments,
+    delete_records, offset_delete, describe_producers,
 )
 
 HANDLERS = {module.API_KEY: module.handle for module in MODULES}

@@ -117,7 +117,8 @@ def _follower_read(worker, topic, part, replica_id, max_bytes):
     if partition is None:
         return ErrorCode.NOT_LEADER_OR_FOLLOWER
     return partition.record_follower_fetch(replica_id, part.fetch_offset,
-                                           part.current_leader_epoch, max_bytes)
+                                           part.current_leader_epoch, max_bytes,
+                                           part.log_start_offset)
 
 
 def _small_read(piece) -> bytes | None:

@@ -11,6 +11,10 @@ KIP-207 rule) instead of an offset below what the fleet already committed.
 
 isolation_level read_committed (v2+, KIP-98) answers LATEST with the last stable offset, and
 a timestamp only below it, as Kafka does.
+
+v7's MAX_TIMESTAMP (-3, KIP-734) answers the offset and timestamp of the first record with the
+largest timestamp below the high watermark (the last stable offset for read_committed);
+v8's EARLIEST_LOCAL (-4, KIP-405) is the log start, klog having no tiered storage.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ from klog.protocol.error_codes import ErrorCode
 API_KEY = list_offsets.SPEC.key
 LATEST = -1
 EARLIEST = -2
+MAX_TIMESTAMP = -3  # KIP-734 (v7+): the record with the largest timestamp
+EARLIEST_LOCAL = -4  # KIP-405 (v8+): the local log start; without tiered storage, EARLIEST
 NO_EPOCH = -1
 READ_COMMITTED = 1  # isolation_level (v2+; v1 has none: read_uncommitted)
 
@@ -59,8 +65,11 @@ def _answer(worker, topic, part, replica_id: int, committed: bool = False):
             offset = log.last_stable_offset if committed else log.high_watermark
             timestamp, epoch = -1, leader_epoch
         else:
-            if part.timestamp == EARLIEST:
+            if part.timestamp in (EARLIEST, EARLIEST_LOCAL):
                 found = log.log_start_offset, -1
+            elif part.timestamp == MAX_TIMESTAMP:
+                found = log.offset_of_max_timestamp(
+                    log.last_stable_offset if committed else log.high_watermark)
             else:
                 found = log.offset_for_timestamp(part.timestamp)
                 if committed and found is not None and found[0] >= log.last_stable_offset:

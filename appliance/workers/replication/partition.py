@@ -85,6 +85,9 @@ class Partition:
         self._context = context
         self._ask_isr = ask_isr  # the manager's: one ISR change at a time, retried
         self._acks = AcksWaiters()
+        # DeleteRecords waiting for the replicas' log starts (Kafka's DelayedDeleteRecords):
+        # released when the low watermark passes (offset - 1), i.e. reaches the offset
+        self._deletions = AcksWaiters()
 
     # what a Fetch reads (appliance.segments.readable.ReadableLog) ------------------------
 
@@ -311,14 +314,16 @@ class Partition:
             self._acks.add(last_offset, answer, max(timeout_s, 0.0))
 
     def record_follower_fetch(self, replica_id: int, fetch_offset: int,
-                              current_leader_epoch: int, max_bytes: int):
+                              current_leader_epoch: int, max_bytes: int,
+                              log_start_offset: int = -1):
         """A follower's fetch at `fetch_offset`: its log end is that now. Returns what it
         reads (up to the log end, past the high watermark; nothing when `max_bytes` <= 0) or
         the ErrorCode that refuses it. A follower that names another leader epoch than ours
         (KIP-320) is refused: an older one has not truncated for this epoch yet
         (FENCED_LEADER_EPOCH), a newer one means we have not heard of it yet
         (UNKNOWN_LEADER_EPOCH); either way it must not copy from this log now. Raises
-        OffsetOutOfRangeError, StorageError as a read does."""
+        OffsetOutOfRangeError, StorageError as a read does. `log_start_offset` (Fetch v5+) is
+        the follower's own log start: DeleteRecords waits for it (`deleted_on_replicas`)."""
         role = self.role
         if role is None or not role.leading or replica_id not in role.state.replicas:
             return ErrorCode.NOT_LEADER_OR_FOLLOWER
@@ -327,6 +332,10 @@ class Partition:
         if current_leader_epoch > role.state.leader_epoch:
             return ErrorCode.UNKNOWN_LEADER_EPOCH
         plog = self.log
+        if log_start_offset >= 0:
+            role.follower_starts[replica_id] = log_start_offset
+            if self._deletions:
+                self._deletions.release(self.low_watermark(), ErrorCode.NONE)
         if fetch_offset <= plog.log_end_offset:
             role.note_fetch(replica_id, fetch_offset, plog.log_end_offset, time.monotonic())
             self.update_high_watermark()
@@ -473,6 +482,30 @@ class Partition:
             self.publish()
         return deleted
 
+    def low_watermark(self) -> int:
+        """Kafka's lowWatermarkIfLeader: the lowest log start among this replica and the
+        followers on live nodes, as their fetches stated it (-1 while one has not)."""
+        low = self.log.log_start_offset
+        role = self.role
+        if role is None or not role.leading:
+            return low
+        live = self._context.control.fleet_nodes or {}
+        for replica in role.state.replicas:
+            if replica != self._context.node_id and replica in live:
+                low = min(low, role.follower_starts.get(replica, -1))
+        return low
+
+    def deleted_on_replicas(self, offset: int, timeout_ms: int) -> asyncio.Future:
+        """A future of the ErrorCode once every live replica's log start reached `offset`
+        (NONE), the wait timed out (REQUEST_TIMED_OUT) or the leadership ended
+        (NOT_LEADER_OR_FOLLOWER): Kafka's DelayedDeleteRecords."""
+        answer = asyncio.get_running_loop().create_future()
+        if self.low_watermark() >= offset:
+            answer.set_result(ErrorCode.NONE)
+        else:
+            self._deletions.add(offset - 1, answer, max(timeout_ms, 0) / 1000)
+        return answer
+
     def delete_records_before(self, offset: int, *, now_ms: int) -> int:
         """Move the log start to `offset` (a snapshot made the rest redundant)."""
         deleted = self.log.delete_records_before(offset, now_ms=now_ms)
@@ -498,7 +531,7 @@ class Partition:
 
     def become_follower(self, state: PartitionLeadership, *,
                         start_high_watermark: int | None) -> None:
-        self._acks.fail(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        self._fail_waiters(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         self.log.hold_high_watermark = True
         if start_high_watermark is not None:
             self._start_high_watermark(start_high_watermark)
@@ -513,13 +546,17 @@ class Partition:
         if self.role.leading:
             self.update_high_watermark()
 
+    def _fail_waiters(self, error: ErrorCode) -> None:
+        self._acks.fail(error)
+        self._deletions.fail(error)
+
     def answer_waiting_acks(self, error: ErrorCode) -> None:
         """Answer every acks=all append waiting here `error` (the worker stops)."""
-        self._acks.fail(error)
+        self._fail_waiters(error)
 
     def drop_role(self) -> None:
         """No longer replicated here (or no longer a replica): a single log again."""
-        self._acks.fail(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        self._fail_waiters(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         self.role = None
         self.log.hold_high_watermark = False
 
@@ -533,7 +570,7 @@ class Partition:
     def close(self, *, delete: bool = False) -> None:
         """Waiting acks=all appends are answered NOT_LEADER_OR_FOLLOWER (retriable: their
         producers go to the next leader), then the log is closed (or deleted)."""
-        self._acks.fail(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        self._fail_waiters(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         if delete:
             self.log.delete()
         else:

@@ -61,6 +61,7 @@ class ProducerEntry:
     epoch: int
     batches: deque = field(default_factory=lambda: deque(maxlen=MAX_CACHED_BATCHES))
     coordinator_epoch: int = -1  # of the last marker written for it
+    last_timestamp: int = -1  # max timestamp of its last batch (DescribeProducers)
 
     @property
     def last_sequence(self) -> int | None:
@@ -283,6 +284,7 @@ class ProducerStates:
             coordinator_epoch = -1 if entry is None else entry.coordinator_epoch
             entry = self._producers[header.producer_id] = ProducerEntry(
                 header.producer_epoch, coordinator_epoch=coordinator_epoch)
+        entry.last_timestamp = header.max_timestamp
         entry.batches.append(
             CachedBatch(
                 header.base_sequence,
@@ -292,6 +294,11 @@ class ProducerStates:
                 log_append_time_ms,
             )
         )
+
+    def described(self) -> list[tuple[int, ProducerEntry, int]]:
+        """(producer id, entry, first offset of its open transaction or -1) of each producer
+        known here (Kafka's DescribeProducers answers the same)."""
+        return [(pid, entry, self._open.get(pid, -1)) for pid, entry in self._producers.items()]
 
     def forget_all(self) -> None:
         self._producers.clear()

@@ -25,6 +25,8 @@ class Role:
     # it was when the follower's previous fetch was read (Kafka's lastCaughtUpTime)
     caught_up_at: dict[int, float] = field(default_factory=dict)
     end_at_last_fetch: dict[int, int] = field(default_factory=dict)
+    # leader only: node -> the log start its last fetch stated (Fetch v5+), for DeleteRecords
+    follower_starts: dict[int, int] = field(default_factory=dict)
     isr_asked_at: float = 0.0  # monotonic time of the last ISR change asked for
     isr_pending: bool = False  # an ISR change asked for and not answered yet
 

@@ -1,4 +1,5 @@
-"""ListOffsets (key 2): the offset for a timestamp (-1 latest, -2 earliest) per partition.
+"""ListOffsets (key 2): the offset for a timestamp (-1 latest, -2 earliest, -3 the record with
+the largest timestamp from v7 (KIP-734), -4 the local log start from v8 (KIP-405)) per partition.
 
 v0 (``max_num_offsets``, ``old_style_offsets``) is neither advertised nor declared.
 """
@@ -22,7 +23,7 @@ class ListOffsetsTopic(Struct):
     partitions = Field(Array(ListOffsetsPartition))
 
 
-class ListOffsetsRequest(Message, versions="1-5", flexible="6+"):
+class ListOffsetsRequest(Message, versions="1-8", flexible="6+"):
     replica_id = Field(INT32)
     isolation_level = Field(INT8, "2+")
     topics = Field(Array(ListOffsetsTopic))
@@ -41,7 +42,7 @@ class ListOffsetsTopicResponse(Struct):
     partitions = Field(Array(ListOffsetsPartitionResponse))
 
 
-class ListOffsetsResponse(Message, versions="1-5", flexible="6+"):
+class ListOffsetsResponse(Message, versions="1-8", flexible="6+"):
     throttle_time_ms = Field(INT32, "2+")
     topics = Field(Array(ListOffsetsTopicResponse))
 
