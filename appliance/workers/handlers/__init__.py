@@ -9,6 +9,7 @@ from __future__ import annotations
 from appliance.workers.handlers import (
     add_offsets_to_txn,
     add_partitions_to_txn,
+    alter_client_quotas,
     alter_user_scram_credentials,
     api_versions,
     create_acls,
@@ -18,6 +19,7 @@ from appliance.workers.handlers import (
     delete_groups,
     delete_topics,
     describe_acls,
+    describe_client_quotas,
     describe_configs,
     describe_groups,
     describe_transactions,
@@ -52,6 +54,7 @@ MODULES = (
     describe_acls, create_acls, delete_acls, describe_user_scram_credentials,
     alter_user_scram_credentials, write_txn_markers, add_partitions_to_txn, add_offsets_to_txn,
     end_txn, describe_transactions, list_transactions, txn_offset_commit,
+    describe_client_quotas, alter_client_quotas,
 )
 
 HANDLERS = {module.API_KEY: module.handle for module in MODULES}

@@ -23,6 +23,7 @@ from typing import Any
 from klog.protocol.apis import (
     add_offsets_to_txn,
     add_partitions_to_txn,
+    alter_client_quotas,
     alter_user_scram_credentials,
     api_versions,
     create_acls,
@@ -32,6 +33,7 @@ from klog.protocol.apis import (
     delete_groups,
     delete_topics,
     describe_acls,
+    describe_client_quotas,
     describe_configs,
     describe_groups,
     describe_transactions,
@@ -153,6 +155,8 @@ API_BY_KEY: dict[int, ApiSpec] = {
             _spec(alter_user_scram_credentials, "AlterUserScramCredentials", (0, 0), (0, 0)),
             _spec(describe_transactions, "DescribeTransactions", (0, 0), (0, 0)),
             _spec(list_transactions, "ListTransactions", (0, 1), (0, 1)),
+            _spec(describe_client_quotas, "DescribeClientQuotas", (0, 1), (0, 1)),
+            _spec(alter_client_quotas, "AlterClientQuotas", (0, 1), (0, 1)),
         ],
         key=lambda spec: spec.key,
     )
