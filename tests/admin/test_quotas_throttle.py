@@ -1,0 +1,152 @@
+"""Client quotas enforced, seen by librdkafka: a client id with producer_byte_rate 1 MB/s,
+producing as fast as it can beside an unthrottled client id on the same worker, is held to
+1 MB/s ± 10 % over 30 s (measured after the first windows: Kafka's rate lets the first
+(quota.window.num - 1) windows' worth through at once), the other is never throttled and keeps
+producing far faster, and librdkafka's throttle_cb and statistics report the throttle times
+it was given. Then a consumer with consumer_byte_rate reads at its quota.
+
+This module takes about 60 s (the acceptance's 30 s measure, its warm-up, the consumer)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from confluent_kafka import Consumer, Producer
+
+from klog.admin import Admin
+from klog.protocol.apis import alter_client_quotas as alter
+from tests.conftest import running_appliance, topic_maker
+
+QUOTA = 1_048_576
+WARMUP_S = 12  # quota.window.num (11) windows of 1 s, and one more
+MEASURE_S = 30
+VALUE = b"x" * 10_000
+
+
+@pytest.fixture(scope="module")
+def appliance(tmp_path_factory):
+    with running_appliance(tmp_path_factory.mktemp("quotas_throttle"), log_dirs=1) as started:
+        yield started
+
+
+def _set_quota(bootstrap, entity_type, name, key, value):
+    with Admin(bootstrap) as admin:
+        answer = admin.request(alter, validate_only=False, entries=[alter.EntryData(
+            entity=[alter.EntityData(entity_type=entity_type, entity_name=name)],
+            ops=[alter.OpData(key=key, value=float(value), remove=False)])])
+    assert [e.error_code for e in answer.entries] == [0]
+
+
+class Flood:
+    """One producer sending as fast as librdkafka lets it, in its own thread; what it got
+    acknowledged, when, and the throttle times it was told."""
+
+    def __init__(self, bootstrap, topic, client_id):
+        self.topic = topic
+        self.delivered: list[tuple[float, int]] = []
+        self.throttles: list[float] = []
+        self.stats_throttle_max = 0
+        self.errors: list = []
+        self._stop = threading.Event()
+        self.producer = Producer({
+            "bootstrap.servers": bootstrap, "client.id": client_id, "acks": 1,
+            "linger.ms": 5, "queue.buffering.max.kbytes": 16384,
+            "statistics.interval.ms": 1000, "stats_cb": self._stats,
+            "throttle_cb": lambda event: self.throttles.append(event.throttle_time)})
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _stats(self, text):
+        import json
+        for broker in json.loads(text).get("brokers", {}).values():
+            self.stats_throttle_max = max(self.stats_throttle_max,
+                                          broker.get("throttle", {}).get("max", 0))
+
+    def _on_delivery(self, err, msg):
+        if err is not None:
+            self.errors.append(err)
+        else:
+            self.delivered.append((time.monotonic(), len(msg.value())))
+
+    def _run(self):
+        while not self._stop.is_set():
+            try:
+                self.producer.produce(self.topic, VALUE, on_delivery=self._on_delivery)
+            except BufferError:
+                self.producer.poll(0.05)
+            else:
+                self.producer.poll(0)
+        self.producer.poll(0)
+
+    def start(self):
+        self.thread.start()
+        return self
+
+    def stop(self):
+        self._stop.set()
+        self.thread.join()
+        self.producer.flush(30)
+
+    def rate(self, start, end):
+        return sum(n for t, n in self.delivered if start <= t < end) / (end - start)
+
+
+def test_producer_held_to_its_quota_beside_a_free_one(appliance):
+    make = topic_maker(appliance.bootstrap)
+    _set_quota(appliance.bootstrap, "client-id", "throttled", "producer_byte_rate", QUOTA)
+    held = Flood(appliance.bootstrap, make(1, "held"), "throttled").start()
+    free = Flood(appliance.bootstrap, make(1, "free"), "unthrottled").start()
+    began = time.monotonic()
+    time.sleep(WARMUP_S + MEASURE_S)
+    held.stop()
+    free.stop()
+    start = began + WARMUP_S
+    held_rate = held.rate(start, start + MEASURE_S)
+    free_rate = free.rate(start, start + MEASURE_S)
+    print(f"held {held_rate / 1e6:.3f} MB/s, free {free_rate / 1e6:.3f} MB/s, "
+          f"throttle_cb {len(held.throttles)} times (max {max(held.throttles, default=0)} s),"
+          f" stats max {held.stats_throttle_max} ms")
+    assert not held.errors and not free.errors
+    assert 0.9 * QUOTA <= held_rate <= 1.1 * QUOTA, held_rate
+    assert held.throttles and max(held.throttles) > 0
+    assert held.stats_throttle_max > 0
+    assert not free.throttles
+    assert free_rate > 3 * QUOTA, free_rate
+
+
+def test_consumer_held_to_its_quota(appliance):
+    make = topic_maker(appliance.bootstrap)
+    topic = make(1, "read")
+    count = 500  # 5 MB
+    producer = Producer({"bootstrap.servers": appliance.bootstrap, "linger.ms": 5})
+    for _ in range(count):
+        producer.produce(topic, VALUE)
+        producer.poll(0)
+    producer.flush(30)
+    rate = 200_000
+    _set_quota(appliance.bootstrap, "client-id", "slow-reader", "consumer_byte_rate", rate)
+    throttles = []
+    consumer = Consumer({"bootstrap.servers": appliance.bootstrap, "group.id": "slow",
+                         "client.id": "slow-reader", "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False,
+                         "throttle_cb": lambda event: throttles.append(event.throttle_time)})
+    consumer.subscribe([topic])
+    got = []
+    deadline = time.monotonic() + 40
+    while time.monotonic() < deadline and len(got) < count:
+        msg = consumer.poll(0.5)
+        if msg is not None and msg.error() is None:
+            got.append((time.monotonic(), len(msg.value())))
+    consumer.close()
+    assert len(got) == count
+    total = sum(n for _, n in got)
+    elapsed = got[-1][0] - got[0][0]
+    # Kafka's rate lets (num - 1) windows' worth through first (and a fetch asks no more
+    # than that); the rest comes at the quota
+    least = (total - 10 * rate) / rate
+    print(f"consumer read {total / 1e6:.1f} MB in {elapsed:.1f} s (quota: >= {least:.1f} s), "
+          f"throttled {len(throttles)} times")
+    assert throttles and max(throttles) > 0
+    assert elapsed >= 0.85 * least, elapsed
+    assert elapsed <= 1.5 * least + 5, elapsed
