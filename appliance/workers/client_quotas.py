@@ -174,7 +174,11 @@ class QuotaEnforcer:
             result.throttle_time_ms = throttle_ms
         return result, throttle_ms
 
-    def document(self) -> list:
-        """The throttle statistics for the metrics: [type, user, client id, count, ms]."""
-        return [[kind, user, client, n, ms]
+    def document(self, most: int = 200) -> list:
+        """The throttle statistics for the metrics: [type, user, client id, count, ms], the
+        `most` most throttled clients (the metrics area is bounded)."""
+        rows = [[kind, user, client, n, ms]
                 for (kind, user, client), (n, ms) in list(self.throttles.items())]
+        if len(rows) > most:
+            rows = sorted(rows, key=lambda row: row[4], reverse=True)[:most]
+        return rows

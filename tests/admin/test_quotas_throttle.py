@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import threading
 import time
+import urllib.request
 
 import pytest
 from confluent_kafka import Consumer, Producer
+from prometheus_client.parser import text_string_to_metric_families
 
 from klog.admin import Admin
 from klog.protocol.apis import alter_client_quotas as alter
-from tests.conftest import running_appliance, topic_maker
+from tests.conftest import free_port, running_appliance, topic_maker
+from tests.polling import wait_until
 
 QUOTA = 1_048_576
 WARMUP_S = 12  # quota.window.num (11) windows of 1 s, and one more
@@ -27,8 +30,20 @@ VALUE = b"x" * 10_000
 
 @pytest.fixture(scope="module")
 def appliance(tmp_path_factory):
-    with running_appliance(tmp_path_factory.mktemp("quotas_throttle"), log_dirs=1) as started:
+    metrics_port = free_port()
+    with running_appliance(tmp_path_factory.mktemp("quotas_throttle"), log_dirs=1,
+                           settings={"metrics.port": str(metrics_port)}) as started:
+        started.metrics_port = metrics_port
         yield started
+
+
+def _throttle_metrics(appliance) -> dict:
+    url = f"http://127.0.0.1:{appliance.metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        text = answer.read().decode()
+    return {(s.name, s.labels["quota_type"], s.labels["client_id"]): s.value
+            for f in text_string_to_metric_families(text) for s in f.samples
+            if s.name.startswith("klog_client_throttle")}
 
 
 def _set_quota(bootstrap, entity_type, name, key, value):
@@ -113,6 +128,12 @@ def test_producer_held_to_its_quota_beside_a_free_one(appliance):
     assert held.stats_throttle_max > 0
     assert not free.throttles
     assert free_rate > 3 * QUOTA, free_rate
+    # the Prometheus exporter shows the throttling of that client id, and only of it
+    metrics = wait_until(lambda: _throttle_metrics(appliance) or None, 5, "throttle metrics")
+    assert metrics[("klog_client_throttled_total", "produce", "throttled")] >= len(
+        held.throttles) * 0.5
+    assert metrics[("klog_client_throttle_seconds_total", "produce", "throttled")] > 1
+    assert not [k for k in metrics if k[2] == "unthrottled"]
 
 
 def test_consumer_held_to_its_quota(appliance):
