@@ -23,7 +23,7 @@ def appliance(tmp_path_factory):
 
 
 def _entry(pairs, ops):
-    return alter.EntryData(
+    return alter.RequestEntry(
         entity=[alter.EntityData(entity_type=t, entity_name=n) for t, n in pairs],
         ops=[alter.OpData(key=k, value=float(v if v is not None else 0), remove=v is None)
              for k, v in ops])

@@ -48,7 +48,7 @@ def _throttle_metrics(appliance) -> dict:
 
 def _set_quota(bootstrap, entity_type, name, key, value):
     with Admin(bootstrap) as admin:
-        answer = admin.request(alter, validate_only=False, entries=[alter.EntryData(
+        answer = admin.request(alter, validate_only=False, entries=[alter.RequestEntry(
             entity=[alter.EntityData(entity_type=entity_type, entity_name=name)],
             ops=[alter.OpData(key=key, value=float(value), remove=False)])])
     assert [e.error_code for e in answer.entries] == [0]

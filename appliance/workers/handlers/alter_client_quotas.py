@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 
 
 def _result(entry, code=ErrorCode.NONE, message=None):
-    return api.EntryResult(error_code=int(code), error_message=message, entity=[
+    return api.ResponseEntry(error_code=int(code), error_message=message, entity=[
         api.EntityData(entity_type=e.entity_type, entity_name=e.entity_name)
         for e in entry.entity])
 

@@ -23,25 +23,34 @@ class OpData(Struct):
     remove = Field(BOOL)
 
 
+# Kafka names both the request's and the response's entry struct EntryData: so do we (the
+# schema check compares names), and export them as RequestEntry and ResponseEntry
 class EntryData(Struct):
     entity = Field(Array(EntityData))
     ops = Field(Array(OpData))
 
 
+RequestEntry = EntryData
+
+
 class AlterClientQuotasRequest(Message, versions="0-1", flexible="1+"):
-    entries = Field(Array(EntryData))
+    entries = Field(Array(RequestEntry))
     validate_only = Field(BOOL)
 
 
-class EntryResult(Struct):
+class EntryData(Struct):  # noqa: F811 (the response's, see above)
     error_code = Field(INT16)
     error_message = Field(STRING, nullable="0+", default=None)
     entity = Field(Array(EntityData))
 
 
+ResponseEntry = EntryData
+del EntryData
+
+
 class AlterClientQuotasResponse(Message, versions="0-1", flexible="1+"):
     throttle_time_ms = Field(INT32)
-    entries = Field(Array(EntryResult))
+    entries = Field(Array(ResponseEntry))
 
 
 Request, Response = AlterClientQuotasRequest, AlterClientQuotasResponse
@@ -52,6 +61,6 @@ def error_response(request: AlterClientQuotasRequest | None, version: int, code:
     if request is None:
         return None
     return AlterClientQuotasResponse(throttle_time_ms=0, entries=[
-        EntryResult(error_code=code, error_message=message, entity=[
+        ResponseEntry(error_code=code, error_message=message, entity=[
             EntityData(entity_type=e.entity_type, entity_name=e.entity_name)
             for e in entry.entity]) for entry in request.entries])
