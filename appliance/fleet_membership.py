@@ -22,6 +22,7 @@ from appliance.control.topics import (
     PartitionLeadership,
     TopicInfo,
     TopicResult,
+    check_new_configs,
     check_new_topic,
     check_partition_increase,
     topic_log_config,
@@ -29,6 +30,7 @@ from appliance.control.topics import (
 from appliance.identity import node_id_for
 from appliance.scram_credentials import ScramChange, apply_changes
 from cluster import shutdown
+from cluster.config_store import FleetConfigStore
 from cluster.leadership import LeadershipConfig
 from cluster.member import ClusterMember
 from cluster.security_store import SecurityStore
@@ -57,6 +59,8 @@ class FleetMembership:
             digest_credentials=config.zookeeper_digest_credentials,
             set_acl=config.zookeeper_set_acl)
         self.security = SecurityStore(self.member.session, on_change=wake)
+        # the dynamic configs of brokers, clients and users (appliance.control.dynamic_configs)
+        self.configs = FleetConfigStore(self.member.session, on_change=wake)
         self._producer_ids = iter(())
 
     def start(self) -> None:
@@ -65,11 +69,13 @@ class FleetMembership:
         try:
             self.member.start()
             self.security.start()
+            self.configs.start()
             self._producer_ids = iter(self.member.allocate_producer_ids())
         except (ZooKeeperUnavailable, NotAuthorized) as exc:
             raise FleetUnavailableError(f"zookeeper.connect: {exc}") from None
 
     def stop(self) -> None:
+        self.configs.stop()
         self.security.stop()
         self.member.stop()
 
@@ -218,6 +224,19 @@ class FleetMembership:
         if unreachable is not None:
             return unreachable
         result = self.member.create_partitions(name, count, validate_only=validate_only)
+        return TopicResult(name, result.error, result.message)
+
+    def alter_topic_configs(self, name: str, info: TopicInfo | None, configs: dict[str, str],
+                            *, validate_only: bool) -> TopicResult:
+        """`info` as this appliance last saw it: a first check (the fleet's own: the topic
+        must still exist when the configs are written)."""
+        refused = check_new_configs(name, info, configs, self.config.log_defaults)
+        if refused is not None or validate_only:
+            return refused or TopicResult(name)
+        unreachable = self._unreachable(name)
+        if unreachable is not None:
+            return unreachable
+        result = self.member.alter_topic_configs(name, configs)
         return TopicResult(name, result.error, result.message)
 
     def delete_topic(self, name: str) -> TopicResult:

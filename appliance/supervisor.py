@@ -29,6 +29,7 @@ from appliance import sd_notify
 from appliance.config import BrokerConfig, ConfigError
 from appliance.control.catalog import Catalog, cluster_id
 from appliance.control.channel import Reload
+from appliance.control.config_store import LocalConfigStore
 from appliance.control.decisions import LocalDecider
 from appliance.control.fleet import FleetRelay
 from appliance.control.server import ControlServer
@@ -87,6 +88,7 @@ class Supervisor:
         self._draining: ControlledShutdown | None = None  # cluster mode, after SIGTERM
         self.metrics: MetricsEndpoint | None = None  # with metrics.port only
         self._security_generation = -1  # cluster mode: the users and ACLs last broadcast
+        self._configs_generation = -1  # cluster mode: the dynamic configs last broadcast
         self.log_dir_locks: LogDirLocks | None = None  # held for our life, and our workers'
 
     # start -------------------------------------------------------------------------------
@@ -121,7 +123,8 @@ class Supervisor:
             self.control = ControlServer(decider, cluster_id=cluster,
                                          broker_id=self.config.broker_id,
                                          on_ready=self._worker_ready, acls=self._acl_book(),
-                                         scram=self._scram_writer())
+                                         scram=self._scram_writer(),
+                                         configs=self._config_store())
             self._install_signals()
             for index in range(len(self.config.log_dirs)):
                 self.workers[index] = WorkerProcess(index)
@@ -149,6 +152,15 @@ class Supervisor:
         if self.fleet is not None:
             return self.fleet
         return ScramFileStore(credentials_path(self.config.log_dirs[0]))
+
+    def _config_store(self):
+        """The dynamic config store: alone a file next to the catalog, in a fleet ZooKeeper."""
+        if self.fleet is not None:
+            return self.fleet.configs
+        try:
+            return LocalConfigStore(self.config.log_dirs[0])
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
 
     def _run_alone(self):
         catalog = Catalog(self.config.log_dirs[0])
@@ -244,6 +256,7 @@ class Supervisor:
             if self.fleet is not None:
                 self.control.decider.refresh()
                 self._follow_fleet_security()
+                self._follow_fleet_configs()
             if self._draining is not None and self._draining.poll():
                 self._draining = None
                 self._stop_workers()
@@ -261,6 +274,13 @@ class Supervisor:
         if generation != self._security_generation:
             self._security_generation = generation
             self.control.broadcast_security()
+
+    def _follow_fleet_configs(self) -> None:
+        """The fleet's dynamic configs changed in ZooKeeper: tell the workers."""
+        generation = self.fleet.configs.generation
+        if generation != self._configs_generation:
+            self._configs_generation = generation
+            self.control.broadcast_dynamic_configs()
 
     def _wait_for_events(self) -> None:
         channels = self.control.by_fileno()

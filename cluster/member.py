@@ -26,6 +26,8 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import orjson
+
 from cluster import isr as isr_changes
 from cluster import znodes
 from cluster.controller import Election, Fenced, FencedWriter, elect, reconcile
@@ -325,6 +327,30 @@ class ClusterMember:
             return AdminResult()
         return AdminResult(ErrorCode.REQUEST_TIMED_OUT,
                            f"the assignment of {name!r} kept changing; retry")
+
+    def alter_topic_configs(self, name: str, configs: dict[str, str]) -> AdminResult:
+        """Replace the topic's overrides in /config/topics/<t>, then Kafka's change
+        notification; wait (bounded) until this member's view has them."""
+        path = znodes.topic_config_path(name)
+        data = znodes.TopicConfig(dict(configs)).encode()
+        try:
+            if not self.session.call("exists", znodes.topic_path(name)):
+                return AdminResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                   f"topic {name!r} does not exist")
+            try:
+                self.session.call("set", path, data)
+            except NoNodeError:
+                self.session.call("create", path, data, makepath=True)
+            self.session.call("create", "/config/changes/config_change_",
+                              orjson.dumps({"version": 2, "entity_path": f"topics/{name}"}),
+                              sequence=True, makepath=True)
+        except ZooKeeperUnavailable as exc:
+            return AdminResult(ErrorCode.REQUEST_TIMED_OUT,
+                               f"ZooKeeper is unreachable, the configs were not changed: {exc}")
+        self.wake()
+        self.wait_for(lambda s: name in s.topics and dict(s.topics[name].config) == configs,
+                      CREATE_WAIT_S)
+        return AdminResult()
 
     def delete_topic(self, name: str) -> AdminResult:
         if name not in self._snapshot.topics:

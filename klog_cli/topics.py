@@ -8,6 +8,7 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
+from klog.admin_configs import alter_configs
 from klog_cli.admin_action import run_action
 
 
@@ -21,10 +22,14 @@ def add_arguments(parser) -> None:
     create.add_argument("--replication-factor", type=int, default=-1)
     create.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
     create.add_argument("--validate-only", action="store_true")
-    alter = actions.add_parser("alter", help="add partitions to a topic")
+    alter = actions.add_parser("alter", help="add partitions to a topic, or change its configs")
     alter.add_argument("topic")
-    alter.add_argument("--partitions", type=int, required=True,
+    alter.add_argument("--partitions", type=int,
                        help="the new partition count (more than it has)")
+    alter.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
+                       help="set a config override (IncrementalAlterConfigs); repeatable")
+    alter.add_argument("--delete-config", action="append", default=[], metavar="KEY",
+                       help="remove a config override (back to the broker's); repeatable")
     alter.add_argument("--validate-only", action="store_true")
     actions.add_parser("list", help="list topics")
     describe = actions.add_parser("describe", help="partitions, leaders and configs of a topic")
@@ -57,9 +62,17 @@ def _create(admin, args) -> int:
 
 
 def _alter(admin, args) -> int:
-    admin.create_partitions(args.topic, args.partitions, validate_only=args.validate_only)
-    verb = "would have" if args.validate_only else "now has"
-    print(f"topic {args.topic} {verb} {args.partitions} partitions")
+    if args.partitions is None and not args.config and not args.delete_config:
+        raise ValueError("nothing to alter: give --partitions, --config or --delete-config")
+    if args.config or args.delete_config:
+        alter_configs(admin, "topics", args.topic, add=_configs(args.config),
+                      delete=args.delete_config, validate_only=args.validate_only)
+        verb = "would be" if args.validate_only else "are"
+        print(f"configs of topic {args.topic} {verb} updated")
+    if args.partitions is not None:
+        admin.create_partitions(args.topic, args.partitions, validate_only=args.validate_only)
+        verb = "would have" if args.validate_only else "now has"
+        print(f"topic {args.topic} {verb} {args.partitions} partitions")
     return 0
 
 

@@ -125,6 +125,28 @@ class AlterScram:
 
 
 @dataclass(frozen=True)
+class AlterTopicConfigs:
+    """Replace the topic's config overrides by `configs` (AlterConfigs, the worker merged
+    an incremental change already); checked again by the decider."""
+
+    name: str
+    configs: dict[str, str]
+    validate_only: bool = False
+    id: int = field(default=0, kw_only=True)
+
+
+@dataclass(frozen=True)
+class AlterDynamicConfigs:
+    """Change one entity of the dynamic config store (appliance.control.dynamic_configs):
+    `changes` maps keys to new values, None removes one. Checked by the worker already."""
+
+    entity_type: str
+    name: str
+    changes: dict[str, str | None]
+    id: int = field(default=0, kw_only=True)
+
+
+@dataclass(frozen=True)
 class Ready:
     """The worker serves (no reply)."""
 
@@ -191,6 +213,14 @@ class Acls:
 
 
 @dataclass(frozen=True)
+class DynamicConfigs:
+    """Every entity of the dynamic config store (type -> name -> configs): sent before the
+    catalog, and again after each change."""
+
+    entities: dict[str, dict[str, dict[str, str]]]
+
+
+@dataclass(frozen=True)
 class ScramUsers:
     """A fleet's SCRAM users (salted credentials, never a password), from ZooKeeper: sent
     before the catalog, and again after each change."""
@@ -199,9 +229,9 @@ class ScramUsers:
 
 
 Request = (CreateTopic | DeleteTopic | CreatePartitions | AllocateProducerId | AlterPartition
-           | CreateAcls | DeleteAcls | AlterScram)
+           | CreateAcls | DeleteAcls | AlterScram | AlterTopicConfigs | AlterDynamicConfigs)
 Message = (Request | Ready | Reply | Catalog | TopicChanged | TopicDeleted | Reload | Fleet
-           | Acls | ScramUsers)
+           | Acls | ScramUsers | DynamicConfigs)
 
 
 # the codec -----------------------------------------------------------------------------------
@@ -273,6 +303,11 @@ _CODECS: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {
     "bool": (_as_is, _bool),
     "str | None": (_as_is, lambda raw: None if raw is None else _str(raw)),
     "dict[str, str]": (_as_is, _strings),
+    "dict[str, str | None]": (_as_is, lambda raw: {_str(k): None if v is None else _str(v)
+                                                   for k, v in raw.items()}),
+    "dict[str, dict[str, dict[str, str]]]": (
+        _as_is, lambda raw: {_str(t): {_str(n): _strings(c) for n, c in names.items()}
+                             for t, names in raw.items()}),
     "tuple[int, ...]": (list, lambda raw: tuple(_int(v) for v in raw)),
     "ErrorCode": (int, lambda raw: ErrorCode(_int(raw))),
     "TopicInfo": (TopicInfo.to_dict, TopicInfo.from_dict),

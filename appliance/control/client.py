@@ -17,8 +17,10 @@ from collections.abc import Callable
 from appliance.control.channel import (
     Acls,
     AllocateProducerId,
+    AlterDynamicConfigs,
     AlterPartition,
     AlterScram,
+    AlterTopicConfigs,
     Catalog,
     ControlChannelError,
     CreateAcls,
@@ -26,6 +28,7 @@ from appliance.control.channel import (
     CreateTopic,
     DeleteAcls,
     DeleteTopic,
+    DynamicConfigs,
     Fleet,
     Message,
     MessageReader,
@@ -60,6 +63,9 @@ class ControlPlaneClient:
         self.fleet_node_configs: dict[int, dict[str, str]] = {}
         self.acls = AclIndex()  # the ACLs in force, as last broadcast
         self.scram_users: dict = {}  # in a fleet: the SCRAM users, as last broadcast
+        # the dynamic config store (type -> name -> configs), as last broadcast
+        self.dynamic_configs: dict[str, dict[str, dict[str, str]]] = {}
+        self._dynamic_listeners: list[Callable[[dict], None]] = []
         self._has_catalog = False
         self._reader = MessageReader()
         self._topics: dict[str, TopicInfo] = {}
@@ -77,6 +83,7 @@ class ControlPlaneClient:
             Fleet: self._on_fleet,
             Acls: self._on_acls,
             ScramUsers: self._on_scram_users,
+            DynamicConfigs: self._on_dynamic_configs,
         }
 
     # the ControlPlane interface ------------------------------------------------------------
@@ -123,6 +130,19 @@ class ControlPlaneClient:
     def alter_scram(self, changes: list[ScramChange]) -> tuple[ErrorCode, str | None]:
         reply = self._request(AlterScram(tuple(changes)))
         return reply.error, reply.message
+
+    def alter_topic_configs(self, name: str, configs: dict[str, str], *,
+                            validate_only: bool = False) -> TopicResult:
+        reply = self._request(AlterTopicConfigs(name, dict(configs), validate_only))
+        return TopicResult(name, reply.error, reply.message)
+
+    def alter_dynamic_configs(self, entity_type: str, name: str,
+                              changes: dict[str, str | None]) -> tuple[ErrorCode, str | None]:
+        reply = self._request(AlterDynamicConfigs(entity_type, name, dict(changes)))
+        return reply.error, reply.message
+
+    def add_dynamic_config_listener(self, listener: Callable[[dict], None]) -> None:
+        self._dynamic_listeners.append(listener)
 
     def alter_partition(self, request: AlterPartition,
                         on_done: Callable[[ErrorCode], None]) -> None:
@@ -239,6 +259,11 @@ class ControlPlaneClient:
 
     def _on_acls(self, acls: Acls) -> None:
         self.acls = AclIndex(acls.acls)
+
+    def _on_dynamic_configs(self, message: DynamicConfigs) -> None:
+        self.dynamic_configs = message.entities
+        for listener in self._dynamic_listeners:
+            listener(message.entities)
 
     def _on_scram_users(self, message: ScramUsers) -> None:
         self.scram_users = message.users

@@ -16,6 +16,7 @@ from appliance.control.topics import (
     TopicInfo,
     TopicResult,
     check_changeable,
+    check_new_configs,
     check_new_topic,
     check_partition_increase,
 )
@@ -94,6 +95,21 @@ class LocalDecider:
         self.catalog.put(grown)
         for listener in self._listeners:
             listener(name, grown)
+        return TopicResult(name)
+
+    def alter_topic_configs(self, name: str, configs: dict[str, str], *,
+                            validate_only: bool = False) -> TopicResult:
+        """Replace the topic's config overrides (AlterConfigs); the workers reconfigure its
+        logs when they hear of the change."""
+        info = self.catalog.get(name)
+        refused = check_new_configs(name, info, configs, self.defaults)
+        if refused is not None or validate_only:
+            return refused or TopicResult(name)
+        if info.configs != configs:
+            changed = dataclasses.replace(info, configs=dict(configs))
+            self.catalog.put(changed)
+            for listener in self._listeners:
+                listener(name, changed)
         return TopicResult(name)
 
     def delete_topic(self, name: str) -> TopicResult:

@@ -133,6 +133,15 @@ class FleetRelay:
         self.refresh()
         return result
 
+    def alter_topic_configs(self, name: str, configs: dict[str, str], *,
+                            validate_only: bool = False) -> TopicResult:
+        """Replace the topic's overrides in /config/topics/<t>; every appliance hears of it
+        through its view (the asking one before the reply)."""
+        result = self.fleet.alter_topic_configs(name, self._topics.get(name), dict(configs),
+                                                validate_only=validate_only)
+        self.refresh()
+        return result
+
     def allocate_producer_id(self) -> int:
         return self.fleet.allocate_producer_id()
 

@@ -44,6 +44,8 @@ class ControlPlane(Protocol):
     fleet_node_configs: dict[int, dict[str, str]]
     # the ACLs in force (with an authorizer; empty without), as last told
     acls: AclIndex
+    # the dynamic config store (appliance.control.dynamic_configs): type -> name -> configs
+    dynamic_configs: dict[str, dict[str, dict[str, str]]]
 
     def topics(self) -> list[TopicInfo]: ...
 
@@ -59,6 +61,19 @@ class ControlPlane(Protocol):
                           validate_only: bool = False) -> TopicResult:
         """Raise the topic's partition count to `count` (the new total); the controller
         places the new partitions as it places a new topic's."""
+
+    def alter_topic_configs(self, name: str, configs: dict[str, str], *,
+                            validate_only: bool = False) -> TopicResult:
+        """Replace the topic's config overrides by `configs` (checked: INVALID_CONFIG naming
+        the key, UNKNOWN_TOPIC_OR_PARTITION). By the time it returns, `topic(name)` has them."""
+
+    def alter_dynamic_configs(self, entity_type: str, name: str,
+                              changes: dict[str, str | None]) -> tuple[ErrorCode, str | None]:
+        """Set (str) or remove (None) keys of one entity of the dynamic config store; the
+        caller checked them. By the time it returns NONE, `dynamic_configs` has them."""
+
+    def add_dynamic_config_listener(self, listener: Callable[[dict], None]) -> None:
+        """`listener(entities)` runs after each change of the dynamic config store."""
 
     def allocate_producer_id(self) -> int:
         """A producer id no other producer has; -1 when none can be had now (cluster mode,

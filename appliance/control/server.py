@@ -14,8 +14,10 @@ from collections.abc import Callable
 from appliance.control.channel import (
     Acls,
     AllocateProducerId,
+    AlterDynamicConfigs,
     AlterPartition,
     AlterScram,
+    AlterTopicConfigs,
     Catalog,
     ControlChannelError,
     CreateAcls,
@@ -23,6 +25,7 @@ from appliance.control.channel import (
     CreateTopic,
     DeleteAcls,
     DeleteTopic,
+    DynamicConfigs,
     Fleet,
     Message,
     MessageReader,
@@ -63,12 +66,14 @@ class ControlServer:
 
     def __init__(self, decider: LocalDecider | FleetRelay, *, cluster_id: str,
                  broker_id: int, on_ready: Callable[[int], None] = lambda index: None,
-                 acls: AclBook | FleetAclBook | None = None, scram=None):
+                 acls: AclBook | FleetAclBook | None = None, scram=None, configs=None):
         self.decider = decider
         self.acls = acls  # the ACLs and their file (an authorizer is configured), or None
         # the SCRAM users' writer: ScramFileStore alone, FleetMembership in a fleet (whose
         # `users()` are broadcast to the workers; alone they read the file themselves)
         self.scram = scram
+        # the dynamic config store (LocalConfigStore alone, FleetConfigStore in a fleet)
+        self.configs = configs
         self.cluster_id = cluster_id
         self.broker_id = broker_id
         self.on_ready = on_ready
@@ -83,6 +88,8 @@ class ControlServer:
             CreateAcls: self._create_acls,
             DeleteAcls: self._delete_acls,
             AlterScram: self._alter_scram,
+            AlterTopicConfigs: self._alter_topic_configs,
+            AlterDynamicConfigs: self._alter_dynamic_configs,
             Ready: self._ready,
         }
         decider.add_listener(self._broadcast_change)
@@ -101,6 +108,8 @@ class ControlServer:
         users = self.scram.users() if self.scram is not None else None
         if users is not None:
             channel.send(ScramUsers(users))
+        if self.configs is not None:
+            channel.send(DynamicConfigs(self.configs.entities()))
         channel.send(Catalog(self.cluster_id, tuple(self.decider.topics())))
         return channel
 
@@ -201,6 +210,32 @@ class ControlServer:
         self.broadcast_security()  # the asking worker knows the change before its client
         return Reply(request.id)
 
+    def _alter_topic_configs(self, channel: WorkerChannel, request: AlterTopicConfigs) -> Reply:
+        return _answer(request, self.decider.alter_topic_configs(
+            request.name, request.configs, validate_only=request.validate_only))
+
+    def _alter_dynamic_configs(self, channel: WorkerChannel,
+                               request: AlterDynamicConfigs) -> Reply:
+        if self.configs is None:
+            return Reply(request.id, error=ErrorCode.INVALID_REQUEST,
+                         message="dynamic configs are not kept here")
+        try:
+            self.configs.alter(request.entity_type, request.name, request.changes)
+        except ValueError as exc:
+            return Reply(request.id, error=ErrorCode.INVALID_REQUEST, message=str(exc))
+        except OSError as exc:  # ZooKeeper unavailable, the file unwritable
+            log.error("cannot alter dynamic configs: %s", exc)
+            code = (ErrorCode.REQUEST_TIMED_OUT if isinstance(exc, ConnectionError)
+                    else ErrorCode.UNKNOWN_SERVER_ERROR)
+            return Reply(request.id, error=code, message=str(exc))
+        self.broadcast_dynamic_configs()  # the asking worker knows before its client
+        return Reply(request.id)
+
+    def broadcast_dynamic_configs(self) -> None:
+        """After the dynamic config store changed (here, or in ZooKeeper): tell every worker."""
+        if self.configs is not None:
+            self.broadcast(DynamicConfigs(self.configs.entities()))
+
     def broadcast_security(self) -> None:
         """In a fleet, after the users or ACLs in ZooKeeper changed: tell every worker."""
         users = self.scram.users() if self.scram is not None else None
@@ -227,5 +262,6 @@ class ControlServer:
                 self.detach(channel.index)
 
 
-def _answer(request: CreateTopic | DeleteTopic | CreatePartitions, result: TopicResult) -> Reply:
+def _answer(request: CreateTopic | DeleteTopic | CreatePartitions | AlterTopicConfigs,
+            result: TopicResult) -> Reply:
     return Reply(request.id, error=result.error, message=result.message)

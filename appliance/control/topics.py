@@ -207,6 +207,20 @@ def check_changeable(name: str, info: TopicInfo | None, change: str) -> TopicRes
     return None
 
 
+def check_new_configs(name: str, info: TopicInfo | None, configs: dict[str, str],
+                      defaults: LogConfig) -> TopicResult | None:
+    """What any controller refuses before replacing a topic's config overrides: an unknown
+    topic, a key or value klog cannot honour (named). None: acceptable."""
+    if info is None:
+        return TopicResult(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                           f"topic {name!r} does not exist")
+    try:
+        topic_log_config(defaults, configs)
+    except ValueError as exc:
+        return TopicResult(name, ErrorCode.INVALID_CONFIG, str(exc))
+    return None
+
+
 def check_partition_increase(name: str, info: TopicInfo | None, count: int) -> TopicResult | None:
     """What any controller refuses before placing new partitions (Kafka's rules and
     messages): an unknown or internal topic (its partition count is how groups find their

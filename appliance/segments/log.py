@@ -237,6 +237,12 @@ class PartitionLog:
 
     # -- appending --------------------------------------------------------------------------
 
+    def reconfigure(self, config: LogConfig) -> None:
+        """Take new settings (AlterConfigs, a broker default changed): appends, rolls,
+        retention and the cleaner read them from now on; sealed segments stay as they are."""
+        self.config = config
+        self._flush_policy = config.flush_messages < LONG_MAX or config.flush_ms < LONG_MAX
+
     def append(self, records, *, now_ms: int, leader_epoch: int | None = None,
                assign_offsets: bool = True) -> AppendInfo:
         """Append record batches (v2, back to back): the one write path of the log. Every

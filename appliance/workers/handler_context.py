@@ -22,6 +22,7 @@ from klog.protocol.error_codes import ErrorCode
 
 if TYPE_CHECKING:  # the worker's own parts: imported for their types only
     from appliance.workers.client_quotas import QuotaEnforcer
+    from appliance.workers.dynamic_settings import DynamicSettings
     from appliance.workers.groups.coordinator import GroupCoordinator
     from appliance.workers.replication.manager import ReplicaManager
     from appliance.workers.replication.replicas import LocalReplicas
@@ -43,6 +44,7 @@ class HandlerContext(Protocol):
     committer: GroupCommitter  # acks=all and group commits wait on its fdatasync
     waiters: AppendWaiters  # long-polling fetches wait here for appends
     replication: ReplicaManager  # cluster mode: roles, followers, ISR changes
+    dynamic: DynamicSettings  # the static config under the brokers' dynamic configs
     advertised_api_versions: list  # ApiVersions' answer, from the handlers this worker has
     authorizer: AuthorizerSettings | None  # None: no authorizer, every request is allowed
     # the SCRAM users: `users()` and `lookup(user, mechanism)` (appliance/scram_credentials)

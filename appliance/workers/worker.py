@@ -40,6 +40,7 @@ from appliance.workers.authentication import Authenticator
 from appliance.workers.client_quotas import QuotaEnforcer
 from appliance.workers.connection import KafkaConnection
 from appliance.workers.connection_limits import ConnectionGuard, is_idle, sweep_interval_s
+from appliance.workers.dynamic_settings import DynamicSettings
 from appliance.workers.groups.coordinator import GroupCoordinator
 from appliance.workers.groups.offsets_log import OFFSETS_TOPIC
 from appliance.workers.handlers import HANDLERS
@@ -93,6 +94,7 @@ class Worker:
         self.groups = GroupCoordinator(self)
         # compacted topics: cleans this worker's partitions in a thread pool of its own
         self.cleaner = LogCleaner(self.partitions, self.log_dir, config, clock=clock)
+        self.dynamic = DynamicSettings(self)  # the brokers' dynamic configs over `config`
         self.transactions = TransactionCoordinator(self, self._marker_security())
         self.handlers = dict(HANDLERS)
         self.advertised_api_versions = advertised_versions(set(self.handlers))
@@ -247,6 +249,7 @@ class Worker:
         self.transactions.follow_leadership()
         self.control.add_listener(self._on_topic_change)
         self.control.add_reload_listener(self._on_reload)
+        self.dynamic.follow()
 
     def _on_reload(self, reload: Reload) -> None:
         """Apply what a SIGHUP reloaded: defaults for new decisions, the retention period."""
@@ -254,6 +257,10 @@ class Worker:
             self.config, log_defaults=reload.log_defaults, num_partitions=reload.num_partitions,
             log_retention_check_interval_ms=reload.log_retention_check_interval_ms)
         self.partitions.defaults = self.control.defaults
+        self.dynamic.reloaded(dataclasses.replace(
+            self.dynamic.static, log_defaults=reload.log_defaults,
+            num_partitions=reload.num_partitions,
+            log_retention_check_interval_ms=reload.log_retention_check_interval_ms))
         for tls in self.tls.values():
             tls.reload()  # new connections get the re-read certificate
         log.info("worker %d reloaded its settings", self.index)

@@ -12,8 +12,10 @@ from appliance.control.channel import (
     PREFIX,
     Acls,
     AllocateProducerId,
+    AlterDynamicConfigs,
     AlterPartition,
     AlterScram,
+    AlterTopicConfigs,
     Catalog,
     ControlChannelError,
     CreateAcls,
@@ -21,6 +23,7 @@ from appliance.control.channel import (
     CreateTopic,
     DeleteAcls,
     DeleteTopic,
+    DynamicConfigs,
     Fleet,
     MessageReader,
     Ready,
@@ -89,6 +92,12 @@ MESSAGES = [
                           (("CLIENT", "10.0.0.2", 9093), ("REPLICATION", "10.1.0.2", 9193)))),
           {100: {"leader.replication.throttled.rate": "1048576"}}),
     Fleet(-1, (), {}),
+    AlterTopicConfigs("orders", {"retention.ms": "1000"}, True, id=10),
+    AlterDynamicConfigs("users/alice/clients", "<default>",
+                        {"producer_byte_rate": "1024", "consumer_byte_rate": None}, id=11),
+    DynamicConfigs({"brokers": {"<default>": {"log.retention.ms": "1000"}},
+                    "users": {"alice": {"producer_byte_rate": "1024"}}}),
+    DynamicConfigs({}),
 ]
 
 

@@ -10,6 +10,7 @@ from appliance.workers.handlers import (
     add_offsets_to_txn,
     add_partitions_to_txn,
     alter_client_quotas,
+    alter_configs,
     alter_user_scram_credentials,
     api_versions,
     create_acls,
@@ -28,6 +29,7 @@ from appliance.workers.handlers import (
     fetch,
     find_coordinator,
     heartbeat,
+    incremental_alter_configs,
     init_producer_id,
     join_group,
     leave_group,
@@ -55,6 +57,7 @@ MODULES = (
     alter_user_scram_credentials, write_txn_markers, add_partitions_to_txn, add_offsets_to_txn,
     end_txn, describe_transactions, list_transactions, txn_offset_commit,
     describe_client_quotas, alter_client_quotas,
+    alter_configs, incremental_alter_configs,
 )
 
 HANDLERS = {module.API_KEY: module.handle for module in MODULES}

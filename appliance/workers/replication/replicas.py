@@ -53,13 +53,28 @@ class LocalReplicas:
         config = topic_log_config(self.defaults, info.configs)
         publisher = self.context.publisher
         for index, owner in enumerate(info.owners):
-            if owner != self.context.worker_index or (info.name, index) in self._held:
+            held = self._held.get((info.name, index))
+            if held is not None and held.log.config != config:
+                held.log.reconfigure(config)  # its configs changed (AlterConfigs)
+            if owner != self.context.worker_index or held is not None:
                 continue
             directory = partition_dir(self.log_dir, info.name, index)
             plog = PartitionLog.open(directory, config, now_ms=now_ms,
                                      attach=publisher.attach_point(info.name, index))
             self._held[(info.name, index)] = Partition(info.name, index, plog, self.context,
                                                        ask_isr=self._ask_isr)
+
+    def reconfigure(self, topics: list[TopicInfo]) -> None:
+        """The broker's log defaults changed: every held log takes its effective config."""
+        for info in topics:
+            try:
+                config = topic_log_config(self.defaults, info.configs)
+            except ValueError as exc:  # the topic's overrides no longer fit: keep its config
+                log.error("%s keeps its log config: %s", info.name, exc)
+                continue
+            for key, partition in self._held.items():
+                if key[0] == info.name and partition.log.config != config:
+                    partition.log.reconfigure(config)
 
     def close_topic(self, name: str, *, delete: bool) -> None:
         for key in [k for k in self._held if k[0] == name]:
