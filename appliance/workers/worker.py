@@ -17,7 +17,7 @@ import socket
 import time
 from pathlib import Path
 
-from appliance.client_quotas.store import FileQuotaStore
+from appliance.client_quotas.dynamic_store import DynamicConfigQuotaStore
 from appliance.config import BrokerConfig
 from appliance.control.channel import Reload
 from appliance.control.interface import ControlPlane
@@ -107,8 +107,8 @@ class Worker:
         self.scram_credentials = (
             BroadcastCredentials(lambda: control.scram_users) if config.zookeeper_connect
             else ScramCredentialFile(credentials_path(config.log_dirs[0])))
-        # client quotas (AlterClientQuotas): the appliance's store, enforced per worker
-        self.quotas = QuotaEnforcer(FileQuotaStore(config.log_dirs[0]),
+        # client quotas (AlterClientQuotas): in the dynamic config store, enforced per worker
+        self.quotas = QuotaEnforcer(DynamicConfigQuotaStore(control),
                                     window_num=config.quota_window_num,
                                     window_size_s=config.quota_window_size_seconds)
         # authorizer.class.name set: ACL checks in every handler (appliance/workers/access.py)

@@ -124,3 +124,27 @@ def test_quotas_survive_a_restart(appliance):
     appliance.start()
     assert _describe(b, [("user", 1, None)], strict=True) == {
         (("user", None),): {"request_percentage": 200.0}}
+
+
+def test_request_percentage_throttles_by_handler_time(appliance):
+    """users/<default>/clients/busy: a tiny request_percentage, reached by the time the worker
+    spends on one client's Metadata requests; the answer carries the throttle time. Another
+    client id is not throttled."""
+    from klog.protocol.apis import metadata
+
+    b = appliance.bootstrap
+    assert _alter(b, [_entry([("user", None), ("client-id", "busy")],
+                             [("request_percentage", 0.001)])]) == [(0, None)]
+    throttled = 0
+    with Admin(b, client_id="busy") as admin:
+        for _ in range(2000):
+            answer = admin.request(metadata, topics=None, allow_auto_topic_creation=False)
+            if answer.throttle_time_ms > 0:
+                throttled = answer.throttle_time_ms
+                break
+    assert 0 < throttled <= 1000
+    with Admin(b, client_id="idle") as admin:
+        assert admin.request(metadata, topics=None,
+                             allow_auto_topic_creation=False).throttle_time_ms == 0
+    assert _alter(b, [_entry([("user", None), ("client-id", "busy")],
+                             [("request_percentage", None)])]) == [(0, None)]

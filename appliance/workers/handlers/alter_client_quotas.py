@@ -1,14 +1,16 @@
 """AlterClientQuotas v0-1 (KIP-546): set or remove quota values of user and client-id
 entities. Needs ALTER_CONFIGS on the cluster with an authorizer. Each entry is checked alone
 (`client_quotas.entities`: unknown entity types, unknown keys, negative or fractional byte
-rates are INVALID_REQUEST, as Kafka answers); the entries that pass are stored together
-unless `validate_only`, and an entry refused changes nothing."""
+rates are INVALID_REQUEST, as Kafka answers) and stored alone (the dynamic config store:
+/config/users, /config/clients, /config/users/<user>/clients), unless `validate_only`; an
+entry refused changes nothing."""
 
 from __future__ import annotations
 
 import logging
 
 from appliance.client_quotas.entities import QuotaError, apply_ops, check_entity, check_op
+from appliance.client_quotas.store import QuotaStoreError
 from appliance.security.acls import Operation
 from appliance.workers import access
 from appliance.workers.handler_context import HandlerContext
@@ -25,6 +27,15 @@ def _result(entry, code=ErrorCode.NONE, message=None):
         for e in entry.entity])
 
 
+def _checked(entry, seen):
+    ent = check_entity([(e.entity_type, e.entity_name) for e in entry.entity])
+    for op in entry.ops:
+        check_op(op.key, op.value, op.remove)
+    if ent in seen:
+        raise QuotaError(ErrorCode.INVALID_REQUEST, "The entity appears twice in the request")
+    return ent
+
+
 def handle(worker: HandlerContext, request):
     body = request.body
     if not access.on_cluster(worker, request, Operation.ALTER_CONFIGS):
@@ -32,34 +43,26 @@ def handle(worker: HandlerContext, request):
                                   ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                                   "Cluster authorization failed.")
     store = worker.quotas.store
-    if hasattr(store, "force_refresh"):
-        store.force_refresh()
-    current = store.quotas()
     results = []
-    changes = {}
-    accepted = []  # indexes of the entries stored
+    seen = set()
     for entry in body.entries:
         try:
-            ent = check_entity([(e.entity_type, e.entity_name) for e in entry.entity])
-            for op in entry.ops:
-                check_op(op.key, op.value, op.remove)
-            if ent in changes:
-                raise QuotaError(ErrorCode.INVALID_REQUEST,
-                                 "The entity appears twice in the request")
+            ent = _checked(entry, seen)
         except QuotaError as exc:
             results.append(_result(entry, exc.code, str(exc)))
             continue
-        changes[ent] = apply_ops(current.get(ent, {}),
-                                 [(op.key, op.value, op.remove) for op in entry.ops])
-        accepted.append(len(results))
-        results.append(_result(entry))
-    if changes and not body.validate_only:
+        seen.add(ent)
+        if body.validate_only:
+            results.append(_result(entry))
+            continue
+        values = apply_ops(store.quotas().get(ent, {}),
+                           [(op.key, op.value, op.remove) for op in entry.ops])
         try:
-            store.alter(changes)
-        except OSError as exc:
-            log.error("cannot store client quotas: %s", exc)
-            for i in accepted:
-                results[i].error_code = int(ErrorCode.UNKNOWN_SERVER_ERROR)
-                results[i].error_message = str(exc)
-        worker.quotas.tick(0.0)
+            store.alter({ent: values})
+        except QuotaStoreError as exc:
+            log.error("cannot store the client quotas of %s: %s", ent, exc)
+            results.append(_result(entry, exc.code, str(exc)))
+            continue
+        results.append(_result(entry))
+    worker.quotas.tick(0.0)
     return api.Response(throttle_time_ms=0, entries=results)

@@ -27,8 +27,6 @@ def handle(worker: HandlerContext, request):
     except QuotaError as exc:
         return api.error_response(body, version, exc.code, str(exc))
     store = worker.quotas.store
-    if hasattr(store, "force_refresh"):
-        store.force_refresh()
     entries = [
         api.EntryData(
             entity=[api.EntityData(entity_type=t, entity_name=n) for t, n in ent],
