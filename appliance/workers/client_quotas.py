@@ -56,6 +56,10 @@ def exempt(request) -> bool:
     return key == FETCH and request.body is not None and request.body.replica_id >= 0
 
 
+def _percent(nanoseconds: int) -> float:
+    return nanoseconds / 1e7
+
+
 def produce_bytes(body) -> int:
     return sum(len(p.records) for t in body.topic_data for p in t.partition_data
                if p.records is not None)
@@ -113,15 +117,18 @@ class QuotaEnforcer:
             rate = self._rates[key] = SampledRate(self.window_num, self.window_ms)
         return rate
 
-    def _record(self, kind: str, user: str, client_id: str, value: float,
-                now_ms: float) -> tuple[int, SampledRate | None]:
+    def _record(self, kind: str, user: str, client_id: str, value, arg,
+                now_ms: float) -> tuple[int, SampledRate | None, float]:
+        """Record value(arg) (computed only when a quota applies): (throttle ms, the rate,
+        the value)."""
         found = self._quota(kind, user, client_id)
         if found is None:
-            return 0, None
+            return 0, None, 0
         bound, tags = found
         rate = self._rate(kind, tags)
-        rate.record(value, now_ms)
-        return rate.throttle_ms(bound, now_ms), rate
+        amount = value(arg)
+        rate.record(amount, now_ms)
+        return rate.throttle_ms(bound, now_ms), rate, amount
 
     def before(self, request) -> None:
         """A consumer fetch asks for no more than its quota allows over the windows
@@ -143,17 +150,18 @@ class QuotaEnforcer:
         user = user_of(request.principal)
         client_id = request.header.client_id or ""
         key = request.header.api_key
-        request_ms, _ = self._record("request", user, client_id, handler_ns / 1e7, now_ms)
+        # Kafka's request quota counts nanoseconds as a percentage of one second
+        request_ms, _, _ = self._record("request", user, client_id, _percent, handler_ns, now_ms)
         band_ms, kind = 0, "request"
         if key == PRODUCE:
-            band_ms, _ = self._record("produce", user, client_id,
-                                      produce_bytes(request.body), now_ms)
+            band_ms, _, _ = self._record("produce", user, client_id, produce_bytes,
+                                         request.body, now_ms)
             kind = "produce"
             if request.body.acks == 0:
                 request_ms = 0
         elif key == FETCH and hasattr(result, "responses"):
-            size = fetch_bytes(result)
-            band_ms, rate = self._record("fetch", user, client_id, size, now_ms)
+            band_ms, rate, size = self._record("fetch", user, client_id, fetch_bytes, result,
+                                               now_ms)
             kind = "fetch"
             if max(band_ms, request_ms) > 0:
                 if rate is not None:

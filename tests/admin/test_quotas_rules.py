@@ -56,3 +56,75 @@ def test_rate_and_throttle_time_as_kafka():
     assert rate.throttle_ms(1400, 100) == round((measured - 1400) / 1400 * 10_100)
     # after all the windows, the samples are gone
     assert rate.measure(11_100) == 0.0
+
+
+class _Store:
+    def __init__(self, quotas):
+        self._quotas = quotas
+        self.version = 1
+
+    def quotas(self):
+        return self._quotas
+
+    def refresh(self, now_s):
+        pass
+
+
+class _Clock:
+    now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def _produce(client_id, principal, nbytes, acks=1):
+    from types import SimpleNamespace as NS
+
+    body = NS(acks=acks, topic_data=[NS(partition_data=[NS(records=b"x" * nbytes)])])
+    return NS(header=NS(api_key=0, api_version=8, client_id=client_id), body=body,
+              principal=principal)
+
+
+def _fetch(client_id, replica_id=-1):
+    from types import SimpleNamespace as NS
+
+    return NS(header=NS(api_key=1, api_version=11, client_id=client_id),
+              body=NS(replica_id=replica_id, max_bytes=50_000_000), principal="User:ANONYMOUS")
+
+
+def _fetch_answer(nbytes):
+    from klog.protocol.apis import fetch
+
+    return fetch.Response(throttle_time_ms=0, error_code=0, session_id=0, responses=[
+        fetch.FetchableTopicResponse(topic="t", partitions=[fetch.PartitionData(
+            partition_index=0, error_code=0, high_watermark=0, last_stable_offset=0,
+            log_start_offset=0, aborted_transactions=None, preferred_read_replica=-1,
+            records=b"x" * nbytes)])])
+
+
+def test_the_enforcer_throttles_users_and_exempts_replicas():
+    from appliance.workers.client_quotas import QuotaEnforcer
+    from klog.protocol.apis import produce
+
+    quotas = {entity([("user", "alice")]): {P: 1000.0},
+              entity([("client-id", "reader")]): {"consumer_byte_rate": 1000.0}}
+    clock = _Clock()
+    enforcer = QuotaEnforcer(_Store(quotas), clock=clock)
+    assert enforcer.active
+    answer = produce.Response(responses=[], throttle_time_ms=0)
+    # alice (a SASL user) shares one rate whatever her client id; 10 s of quota pass first
+    assert enforcer.after(_produce("a", "User:alice", 10_000), answer, 0)[1] == 0
+    result, ms = enforcer.after(_produce("b", "User:alice", 5_000), answer, 0)
+    assert ms == 1000 and result.throttle_time_ms == 1000
+    assert enforcer.after(_produce("a", "User:bob", 100_000), answer, 0)[1] == 0
+    # a consumer over its quota gets an empty answer; its bytes are taken back out
+    request = _fetch("reader")
+    enforcer.before(request)
+    assert request.body.max_bytes == 10_000  # the quota's 10 windows
+    assert enforcer.after(request, _fetch_answer(9_000), 0)[1] == 0
+    empty, ms = enforcer.after(_fetch("reader"), _fetch_answer(9_000), 0)
+    assert ms > 0 and empty.responses == [] and empty.throttle_time_ms == ms
+    # a follower's fetch under the same client id is exempt
+    assert enforcer.after(_fetch("reader", replica_id=2), _fetch_answer(9_000), 0)[1] == 0
+    kinds = {(k, u, c) for k, u, c, _, _ in enforcer.document()}
+    assert kinds == {("produce", "alice", "b"), ("fetch", "ANONYMOUS", "reader")}
