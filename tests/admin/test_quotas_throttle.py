@@ -149,7 +149,7 @@ def test_producer_held_to_its_quota_beside_a_free_one(appliance):
 def test_consumer_held_to_its_quota(appliance):
     make = topic_maker(appliance.bootstrap)
     topic = make(1, "read")
-    count = 500  # 5 MB
+    count = 350  # 3.5 MB
     producer = Producer({"bootstrap.servers": appliance.bootstrap, "linger.ms": 5})
     for _ in range(count):
         producer.produce(topic, VALUE)
