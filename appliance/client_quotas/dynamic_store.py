@@ -85,11 +85,11 @@ class DynamicConfigQuotaStore:
 
     def refresh(self, now_s: float = 0.0) -> None:
         """The control client replaces its dict on each broadcast: a new one is a change."""
-        current = getattr(self.control, "dynamic_configs", None) or {}
+        current = getattr(self.control, "dynamic_configs", None)
         if current is self._seen:
             return
         self._seen = current
-        quotas = quotas_of(current)
+        quotas = quotas_of(current or {})
         if quotas != self._quotas:
             self._quotas = quotas
             self.version += 1
