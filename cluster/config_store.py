@@ -48,12 +48,16 @@ Entities = dict[str, dict[str, dict[str, str]]]
 
 
 def sanitize(name: str) -> str:
-    return name if name == DEFAULT else quote(name, safe="")
+    """Kafka's Sanitizer: URL-encoding (Java's URLEncoder, with "*" and " " as %2A and %20)."""
+    return name if name == DEFAULT else quote(name, safe="").replace("~", "%7E")
 
 
 def entity_path(entity_type: str, name: str) -> str:
     """`users/<u>/clients` + `c` -> /config/users/<sanitized u>/clients/<sanitized c>."""
     parts = entity_type.split("/")
+    if not (entity_type in TYPES or (len(parts) == 3 and parts[0] == "users" and parts[1]
+                                     and parts[2] == "clients")):
+        raise ValueError(f"unknown entity type {entity_type!r}")
     if len(parts) == 3:
         parts[1] = sanitize(parts[1])
     return f"{ROOT}/{'/'.join(parts)}/{sanitize(name)}"
@@ -160,7 +164,8 @@ class FleetConfigStore:
 
     def alter(self, entity_type: str, name: str, changes: dict[str, str | None]) -> None:
         """Apply `changes` (None removes a key) to one entity with a conditional write, then
-        Kafka's change notification and our own re-read. Raises ZooKeeperUnavailable."""
+        Kafka's change notification and our own re-read. Raises ZooKeeperUnavailable,
+        ValueError (an entity type the store does not keep)."""
         path = entity_path(entity_type, name)
         while True:
             try:

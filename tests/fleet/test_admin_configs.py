@@ -125,15 +125,32 @@ def test_the_brokers_default_reaches_every_node(fleet, zk, writer):
         "every node to report log.cleaner.backoff.ms=2500 from the dynamic default")
 
 
+def test_a_nodes_own_config_is_that_nodes(fleet, zk, writer):
+    admin = AdminClient({"bootstrap.servers": fleet[0].bootstrap})
+    _set(admin, "broker", "200", "log.cleaner.backoff.ms", "700")  # sent to node 200
+    assert orjson.loads(zk.get("/config/brokers/200")[0])["config"] == {
+        "log.cleaner.backoff.ms": "700"}
+
+    def backoff(node_id):
+        (future,) = admin.describe_configs([ConfigResource("broker", str(node_id))]).values()
+        entry = future.result(30)["log.cleaner.backoff.ms"]
+        return entry.value, entry.source
+    assert backoff(200) == ("700", ConfigSource.DYNAMIC_BROKER_CONFIG.value)
+    assert backoff(201) == ("2500", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)
+
+
 def test_a_restarted_appliance_keeps_the_configs(fleet, writer):
     fleet[1].stop()
     fleet[1].start(timeout_s=60)
     wait_for_brokers(fleet[0], 4, 60)
     wait_until(lambda: _retention_everywhere(fleet) == {"654321"}, 60,
                "every node, the restarted ones too, to read retention.ms=654321")
+    admin = AdminClient({"bootstrap.servers": fleet[0].bootstrap})
+    (future,) = admin.describe_configs([ConfigResource("broker", "200")]).values()
+    assert future.result(30)["log.cleaner.backoff.ms"].value == "700"
 
 
-def test_the_fleet_store_spreads_other_entity_types(ensemble, zk):
+def test_the_fleet_store_spreads_other_entity_types(fleet, ensemble, zk):
     """What the quotas build on: a store's change reaches another appliance's store through
     Kafka's change notification; a user's SCRAM credentials in the same znode stay."""
     from cluster.config_store import FleetConfigStore
