@@ -62,6 +62,9 @@ class BrokerConfig:
     socket_request_max_bytes: int = 100 * 1024 * 1024
     # protecting each worker (a Kafka node) from clients: Kafka's keys and defaults
     connections_max_idle_ms: int = 600_000
+    # client quotas' rate windows (Kafka's keys): num samples of size seconds each
+    quota_window_num: int = 11
+    quota_window_size_seconds: int = 1
     max_connections: int = 2**31 - 1
     max_connections_per_ip: int = 2**31 - 1
     # Prometheus metrics served by the supervisor on 127.0.0.1 unless metrics.host says
@@ -349,6 +352,8 @@ KEYS: dict[str, tuple[str, object]] = {
     "socket.request.max.bytes": ("socket_request_max_bytes", _int(1024)),
     "log.retention.check.interval.ms": ("log_retention_check_interval_ms", _int(1)),
     "connections.max.idle.ms": ("connections_max_idle_ms", _int(1)),
+    "quota.window.num": ("quota_window_num", _int(1)),
+    "quota.window.size.seconds": ("quota_window_size_seconds", _int(1)),
     "max.connections": ("max_connections", _int(1)),
     "max.connections.per.ip": ("max_connections_per_ip", _int(1)),
     "metrics.port": ("metrics_port", _port),

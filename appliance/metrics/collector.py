@@ -66,6 +66,11 @@ METRICS: dict[str, tuple[str, str]] = {
     "klog_authentication_failures_total": ("counter", "SASL authentications that failed "
                                            "(answered after connection.failed.authentication"
                                            ".delay.ms, then closed)"),
+    "klog_client_throttled_total": ("counter", "client quotas: answers a quota throttled, by "
+                                    "quota type (produce, fetch, request), user and client id"),
+    "klog_client_throttle_seconds_total": ("counter", "client quotas: throttle time given to "
+                                           "clients over a quota (the connection muted that "
+                                           "long)"),
     "klog_isr_shrinks_total": ("counter", "cluster mode: ISR shrinks the worker's leaders "
                                "asked for and got written"),
     "klog_isr_expands_total": ("counter", "cluster mode: ISR expansions the worker's leaders "
@@ -141,6 +146,7 @@ class ApplianceCollector:
         yield from (up, restarts, failed)
         yield from self._statistics(documents)
         yield from self._cleaner(documents)
+        yield from self._quotas(documents)
         yield from self._groups(documents)
 
     def _statistics(self, documents: dict[str, dict]):
@@ -211,6 +217,20 @@ class ApplianceCollector:
         yield from (requests, errors, latency, *connections.values(), open_now, loop_lag,
                     batch, sync, sync_failures, shrinks, expands, auth_ok, auth_failed,
                     follower_lag)
+
+    def _quotas(self, documents: dict[str, dict]):
+        """Client quotas' throttling (workers/client_quotas.py), per client."""
+        labels = ["worker", "quota_type", "user", "client_id"]
+        throttled = CounterMetricFamily("klog_client_throttled",
+                                        _help("klog_client_throttled_total"), labels=labels)
+        seconds = CounterMetricFamily("klog_client_throttle_seconds",
+                                      _help("klog_client_throttle_seconds_total"),
+                                      labels=labels)
+        for worker, doc in documents.items():
+            for kind, user, client, n, ms in doc.get("quotas", []):
+                throttled.add_metric([worker, kind, user, client], n)
+                seconds.add_metric([worker, kind, user, client], ms / 1000)
+        yield from (throttled, seconds)
 
     def _cleaner(self, documents: dict[str, dict]):
         """The log cleaners' counters (workers/log_cleaner.py): one document part each."""

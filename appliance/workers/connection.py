@@ -14,6 +14,8 @@ Admission (`max.connections`, `max.connections.per.ip`) and the idle timeout are
 `ConnectionGuard`'s decisions (`appliance.workers.connection_limits`). On a SASL listener,
 every request goes to the connection's `Authenticator` (`appliance.workers.authentication`)
 until it succeeds; after that each request carries the connection's principal.
+Client quotas (`appliance.workers.client_quotas`): an answer over a quota carries its
+throttle time, and the connection reads nothing more until that time is over (KIP-219).
 """
 
 from __future__ import annotations
@@ -85,6 +87,8 @@ class KafkaConnection(asyncio.Protocol):
         # client certificate's subject on TLS, User:ANONYMOUS otherwise
         self.principal = ANONYMOUS
         self._writable: asyncio.Future | None = None
+        self._muted_until = 0.0  # client quotas: reading stops until then (monotonic)
+        self._unmute: asyncio.TimerHandle | None = None
 
     # asyncio callbacks -------------------------------------------------------------------
 
@@ -124,6 +128,9 @@ class KafkaConnection(asyncio.Protocol):
         self._admitted = False
         self.worker.guard.release(self._host)
         self.worker.connections.discard(self)
+        if self._unmute is not None:
+            self._unmute.cancel()
+            self._unmute = None
         for _, result, _ in self._queue:
             if isinstance(result, asyncio.Future):
                 result.cancel()
@@ -143,6 +150,7 @@ class KafkaConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.last_received_s = now = time.monotonic()
+        self.worker.quotas.tick(now)
         self.codec.receive_data(data)
         while not self._closed:
             try:
@@ -165,7 +173,8 @@ class KafkaConnection(asyncio.Protocol):
         them; start again once half the queue has drained and the write buffer has too."""
         if self._closed or self._close_after is not None:
             return
-        if self._writing_paused or len(self._queue) >= MAX_PENDING_RESPONSES:
+        if self._writing_paused or len(self._queue) >= MAX_PENDING_RESPONSES or (
+                self._unmute is not None):
             if not self._reading_paused:
                 self._reading_paused = True
                 self.transport.pause_reading()
@@ -185,8 +194,15 @@ class KafkaConnection(asyncio.Protocol):
         handler = self.worker.handlers.get(request.header.api_key)
         if handler is None:
             return self._error_answer(request, ErrorCode.UNSUPPORTED_VERSION)
+        quotas = self.worker.quotas
+        started = 0
+        if quotas.active:
+            quotas.before(request)
+            started = time.perf_counter_ns()
         try:
             result = handler(self.worker, request)
+            if started:
+                request.handler_ns = time.perf_counter_ns() - started
         except Exception:
             log.exception("handler for api %d failed", request.header.api_key)
             return self._error_answer(request, ErrorCode.UNKNOWN_SERVER_ERROR)
@@ -262,6 +278,8 @@ class KafkaConnection(asyncio.Protocol):
                     break
                 result = self._result_of(request, result)
             self._queue.popleft()
+            if self.worker.quotas.active:
+                result = self._throttled(request, result)
             self.worker.statistics.request_done(
                 request, time.monotonic() - received,
                 request.error is not None or getattr(result, "error_code", 0) != 0)
@@ -290,6 +308,38 @@ class KafkaConnection(asyncio.Protocol):
         if out:
             self.transport.writelines(out)
         self._update_reading()
+
+    def _throttled(self, request, result):
+        """Record the answer against the client's quotas; if over one, the answer carries the
+        throttle time and the connection is muted that long once it is written."""
+        if result is not NO_RESPONSE and getattr(result, "error_code", 0) not in (0, None):
+            return result
+        result, throttle_ms = self.worker.quotas.after(
+            request, result, request.handler_ns)
+        if throttle_ms > 0:
+            self._mute(throttle_ms / 1000)
+        return result
+
+    def _mute(self, seconds: float) -> None:
+        until = time.monotonic() + seconds
+        if until <= self._muted_until:
+            return
+        self._muted_until = until
+        if self._unmute is not None:
+            self._unmute.cancel()
+        self._unmute = asyncio.get_running_loop().call_later(seconds, self._unmuted)
+        if not self._reading_paused and not self._closed and self._close_after is None:
+            self._reading_paused = True
+            self.transport.pause_reading()
+
+    def _unmuted(self) -> None:
+        self._unmute = None
+        if self._closed or self._close_after is not None:
+            return
+        if self._reading_paused and not self._writing_paused and \
+                len(self._queue) < MAX_PENDING_RESPONSES // 2:
+            self._reading_paused = False
+            self.transport.resume_reading()
 
     def _result_of(self, request, future: asyncio.Future):
         if future.cancelled():

@@ -21,6 +21,7 @@ from appliance.segments.readable import ReadableLog
 from klog.protocol.error_codes import ErrorCode
 
 if TYPE_CHECKING:  # the worker's own parts: imported for their types only
+    from appliance.workers.client_quotas import QuotaEnforcer
     from appliance.workers.dynamic_settings import DynamicSettings
     from appliance.workers.groups.coordinator import GroupCoordinator
     from appliance.workers.replication.manager import ReplicaManager
@@ -48,6 +49,7 @@ class HandlerContext(Protocol):
     authorizer: AuthorizerSettings | None  # None: no authorizer, every request is allowed
     # the SCRAM users: `users()` and `lookup(user, mechanism)` (appliance/scram_credentials)
     scram_credentials: ScramCredentialFile | BroadcastCredentials
+    quotas: QuotaEnforcer  # client quotas: the store (`quotas.store`) and the sensors
 
     def now_ms(self) -> int: ...
 

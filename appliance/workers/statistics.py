@@ -140,6 +140,7 @@ class MetricsPublisher:
         document = worker.statistics.document(worker.guard.stats, lag,
                                               worker.replication.follower_lags())
         document["cleaner"] = worker.cleaner.stats.document()
+        document["quotas"] = worker.quotas.document()
         now_ms = int(self.clock() * 1000)
         try:
             worker.region.metrics.publish(worker.index, document, now_ms)
@@ -150,6 +151,7 @@ class MetricsPublisher:
                             "report without its partitions", worker.index, exc)
             document["followers"] = []
             document["cleaner"]["dirty_ratios"] = []
+            document["quotas"] = document["quotas"][:20]
             if lag is not None:
                 document["lag"] = {**lag, "groups": [{**g, "partitions": []}
                                                      for g in lag["groups"]]}

@@ -17,6 +17,7 @@ import socket
 import time
 from pathlib import Path
 
+from appliance.client_quotas.dynamic_store import DynamicConfigQuotaStore
 from appliance.config import BrokerConfig
 from appliance.control.channel import Reload
 from appliance.control.interface import ControlPlane
@@ -36,6 +37,7 @@ from appliance.shm.partition_table import FreeSlotError
 from appliance.shm.seqlock import TornEntryError
 from appliance.tls.context import ServerTls
 from appliance.workers.authentication import Authenticator
+from appliance.workers.client_quotas import QuotaEnforcer
 from appliance.workers.connection import KafkaConnection
 from appliance.workers.connection_limits import ConnectionGuard, is_idle, sweep_interval_s
 from appliance.workers.dynamic_settings import DynamicSettings
@@ -105,6 +107,10 @@ class Worker:
         self.scram_credentials = (
             BroadcastCredentials(lambda: control.scram_users) if config.zookeeper_connect
             else ScramCredentialFile(credentials_path(config.log_dirs[0])))
+        # client quotas (AlterClientQuotas): in the dynamic config store, enforced per worker
+        self.quotas = QuotaEnforcer(DynamicConfigQuotaStore(control),
+                                    window_num=config.quota_window_num,
+                                    window_size_s=config.quota_window_size_seconds)
         # authorizer.class.name set: ACL checks in every handler (appliance/workers/access.py)
         self.authorizer = config.authorizer
         self._servers: list[asyncio.base_events.Server] = []

@@ -78,6 +78,7 @@ class Request:
     client_host: str = ""  # the peer's address, set by the server's I/O layer (DescribeGroups)
     principal: str = ANONYMOUS  # who sent it: User:<name> after SASL, the certificate's on TLS
     listener: str = ""  # the name of the server's listener it came in on ("" if not told)
+    handler_ns: int = 0  # time its handler ran on the loop (client quotas' request_percentage)
 
     @property
     def api_key(self) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from appliance.workers.handlers import (
     add_offsets_to_txn,
     add_partitions_to_txn,
+    alter_client_quotas,
     alter_configs,
     alter_partition_reassignments,
     alter_user_scram_credentials,
@@ -21,6 +22,7 @@ from appliance.workers.handlers import (
     delete_records,
     delete_topics,
     describe_acls,
+    describe_client_quotas,
     describe_cluster,
     describe_configs,
     describe_groups,
@@ -62,6 +64,7 @@ MODULES = (
     describe_acls, create_acls, delete_acls, describe_user_scram_credentials,
     alter_user_scram_credentials, write_txn_markers, add_partitions_to_txn, add_offsets_to_txn,
     end_txn, describe_transactions, list_transactions, txn_offset_commit,
+    describe_client_quotas, alter_client_quotas,
     alter_configs, incremental_alter_configs,
     describe_cluster, describe_log_dirs, elect_leaders, alter_partition_reassignments,
     list_partition_reassignments,
