@@ -46,10 +46,11 @@ lint: venv
 	$(VENV)/bin/ansible-lint --offline -q playbooks/
 
 # the compiled record codec must be the one in use (it is optional at install time), and the
-# codec and client tests run again on the pure-Python fallback, the reference
+# codec and client tests run again on the pure-Python fallback, the reference; the slowest
+# tests are listed, to keep the run near 30 minutes
 test: deps venv lint
 	$(PY) -c "from klog.protocol import records_codec as c; assert c.IMPLEMENTATION == 'C', c.FALLBACK_REASON"
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q --durations=25 $(PYTEST_ARGS)
 	KLOG_PURE_PYTHON=1 $(PY) -m pytest -q -p no:cacheprovider tests/protocol tests/client
 
 run: deps venv
