@@ -31,8 +31,8 @@ import klog as klog_client
 from appliance.security.acls import Operation
 from klog.protocol.apis import alter_client_quotas as alter_quotas
 from klog.protocol.apis import alter_partition_reassignments as alter_reassign
-from klog.protocol.apis import describe_client_quotas as describe_quotas
 from klog.protocol.apis import (
+    delete_records,
     describe_cluster,
     describe_log_dirs,
     describe_producers,
@@ -42,6 +42,7 @@ from klog.protocol.apis import (
     offset_delete,
     offset_fetch,
 )
+from klog.protocol.apis import describe_client_quotas as describe_quotas
 from tests.polling import wait_until
 from tests.security.helpers import (
     PLAIN_USERS,
@@ -200,6 +201,10 @@ def test_delete_records_needs_delete_on_the_topic(appliance):
     eventually(lambda: TOPIC in admin.list_topics(timeout=10).topics, "DESCRIBE on the topic")
     [refused] = admin.delete_records([TopicPartition(TOPIC, 0, 2)]).values()
     assert failure_code(refused) == TOPIC_FAILED
+    unknown = ask(appliance, "del", delete_records, timeout_ms=10_000, topics=[
+        delete_records.DeleteRecordsTopic(name="no-such-topic", partitions=[
+            delete_records.DeleteRecordsPartition(partition_index=0, offset=1)])])
+    assert unknown.topics[0].partitions[0].error_code == TOPIC_FAILED  # existence not revealed
     assert low_watermark(appliance, 0) == 0
     grant(appliance, "del", ResourceType.TOPIC, TOPIC, AclOperation.DELETE)
     eventually(lambda: accepted(next(iter(admin.delete_records(
@@ -229,6 +234,9 @@ def test_offset_delete_needs_delete_on_the_group_and_read_on_the_topic(appliance
 
     refused = delete()
     assert (refused.error_code, refused.topics) == (GROUP_FAILED, [])
+    unknown_group = ask(appliance, "odel", offset_delete, group_id="no-such-group",
+                        topics=topics)
+    assert unknown_group.error_code == GROUP_FAILED  # existence not revealed
     grant(appliance, "odel", ResourceType.GROUP, group, AclOperation.DELETE)
     per_partition = eventually(lambda: (lambda a: a if a.error_code == 0 else None)(delete()),
                                "DELETE on the group")
@@ -240,12 +248,13 @@ def test_offset_delete_needs_delete_on_the_group_and_read_on_the_topic(appliance
 
 
 def test_describe_producers_needs_read_on_the_topic(appliance):
-    def describe():
+    def describe(topic=TOPIC):
         answer = ask(appliance, "prod", describe_producers, topics=[
-            describe_producers.TopicRequest(name=TOPIC, partition_indexes=[0, 1])])
+            describe_producers.TopicRequest(name=topic, partition_indexes=[0, 1])])
         return [p.error_code for p in answer.topics[0].partitions]
 
     assert describe() == [TOPIC_FAILED, TOPIC_FAILED]
+    assert describe("no-such-topic") == [TOPIC_FAILED, TOPIC_FAILED]  # existence not revealed
     grant(appliance, "prod", ResourceType.TOPIC, TOPIC, AclOperation.READ)
     eventually(lambda: describe() == [0, 0], "READ on the topic")
 
