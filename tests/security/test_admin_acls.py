@@ -34,6 +34,7 @@ from klog.protocol.apis import alter_partition_reassignments as alter_reassign
 from klog.protocol.apis import (
     delete_records,
     describe_cluster,
+    describe_configs,
     describe_log_dirs,
     describe_producers,
     elect_leaders,
@@ -167,6 +168,10 @@ def test_broker_configs_need_describe_and_alter_configs_on_the_cluster(appliance
     broker = ConfigResource(ConfigResource.Type.BROKER, node)
     before = config_value(appliance, broker, "log.retention.ms")
     assert failure_code(admin.describe_configs([broker])[broker]) == CLUSTER_FAILED
+    loggers = ask(appliance, "brk", describe_configs, resources=[  # a broker's loggers
+        describe_configs.DescribeConfigsResource(resource_type=8, resource_name=node,
+                                                 configuration_keys=None)])
+    assert loggers.results[0].error_code == CLUSTER_FAILED
     wanted = ConfigResource(ConfigResource.Type.BROKER, node, incremental_configs=[
         ConfigEntry("log.retention.ms", "7200000",
                     incremental_operation=AlterConfigOpType.SET)])
