@@ -38,10 +38,22 @@ def _alone(worker: HandlerContext, name: str, partition: int,
             f"partition {partition} lives on node {current[0]}; it cannot move to {replicas}")
 
 
+def _refused(body, error: ErrorCode, message: str):
+    """Kafka's error answer to the whole request: the error at the top and on every partition
+    asked for (AlterPartitionReassignmentsRequest.getErrorResponse)."""
+    return api.Response(throttle_time_ms=0, error_code=int(error), error_message=message,
+                        responses=[api.ReassignableTopicResponse(name=t.name, partitions=[
+                            api.ReassignablePartitionResponse(
+                                partition_index=p.partition_index, error_code=int(error),
+                                error_message=message)
+                            for p in t.partitions]) for t in body.topics])
+
+
 def handle(worker: HandlerContext, request):
     body = request.body
     if not access.on_cluster(worker, request, Operation.ALTER):
-        return api.error_response(body, 0, int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED))
+        return _refused(body, ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                        "Cluster authorization failed.")
     wanted = [(t.name, p.partition_index, p.replicas) for t in body.topics for p in t.partitions]
     if worker.control.fleet_nodes is None:
         results = [(n, p, *_alone(worker, n, p, r)) for n, p, r in wanted]

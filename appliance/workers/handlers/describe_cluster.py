@@ -3,15 +3,35 @@ with their configured `broker.rack` (null when unset), as Metadata lists them, a
 endpoints of the listener the request came in on.
 
 A ZooKeeper-mode cluster has no controller quorum to list: endpoint type 2 (controllers) is
-answered UNSUPPORTED_VERSION, as Kafka answers it on a broker."""
+answered UNSUPPORTED_VERSION, as Kafka answers it on a broker.
+
+Kafka answers everyone (no refusal); only the cluster's authorized operations, when asked,
+need DESCRIBE on the cluster: without it they are 0, with it the bit field of the cluster
+operations the principal may do (Kafka's AuthHelper.authorizedOperations), INT32_MIN when
+not asked."""
 
 from __future__ import annotations
 
+from appliance.security.acls import SUPPORTED_OPERATIONS, Operation, ResourceType
+from appliance.workers import access
 from appliance.workers.handler_context import HandlerContext
 from klog.protocol.apis import describe_cluster
 from klog.protocol.error_codes import ErrorCode
 
 API_KEY = describe_cluster.SPEC.key
+NOT_ASKED = -2147483648  # the schema's default: operations not asked for
+
+
+def _authorized_operations(worker, request) -> int:
+    if not request.body.include_cluster_authorized_operations:
+        return NOT_ASKED
+    if not access.on_cluster(worker, request, Operation.DESCRIBE):
+        return 0
+    bits = 0
+    for operation in SUPPORTED_OPERATIONS[ResourceType.CLUSTER]:
+        if access.on_cluster(worker, request, operation):
+            bits |= 1 << int(operation)
+    return bits
 
 
 def handle(worker: HandlerContext, request):
@@ -28,4 +48,5 @@ def handle(worker: HandlerContext, request):
     return describe_cluster.Response(
         throttle_time_ms=0, error_code=0, error_message=None,
         endpoint_type=describe_cluster.BROKERS, cluster_id=worker.cluster_id,
-        controller_id=worker.controller_node_id, brokers=brokers)
+        controller_id=worker.controller_node_id, brokers=brokers,
+        cluster_authorized_operations=_authorized_operations(worker, request))

@@ -2,7 +2,11 @@
 and a broker's main settings and dynamic keys, so admin tools can read back what CreateTopics
 and AlterConfigs set. Each value says its source as Kafka does (a topic override 1, this
 node's dynamic config 2, the brokers' dynamic default 3, the static file 4, the built-in
-default 5), with the synonyms behind it when asked (v1+)."""
+default 5), with the synonyms behind it when asked (v1+).
+
+Authorization as Kafka's: DESCRIBE_CONFIGS on the topic (TOPIC_AUTHORIZATION_FAILED), on the
+cluster for a broker or a broker's loggers (CLUSTER_AUTHORIZATION_FAILED); loggers are not
+served (INVALID_REQUEST) once that check has passed."""
 
 from __future__ import annotations
 
@@ -18,7 +22,7 @@ from klog.protocol.apis import describe_configs
 from klog.protocol.error_codes import ErrorCode
 
 API_KEY = describe_configs.SPEC.key
-TOPIC, BROKER = 2, 4
+TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8
 # Kafka's ConfigSource: where the value in force comes from
 SOURCE_TOPIC, SOURCE_DYNAMIC_BROKER, SOURCE_DYNAMIC_DEFAULT = 1, 2, 3
 SOURCE_STATIC_BROKER, SOURCE_DEFAULT = 4, 5
@@ -140,7 +144,7 @@ def handle(worker: HandlerContext, request):
         if resource.resource_type == TOPIC and not access.on_topic(
                 worker, request, Operation.DESCRIBE_CONFIGS, resource.resource_name):
             error, message, configs = ErrorCode.TOPIC_AUTHORIZATION_FAILED, None, []
-        elif resource.resource_type == BROKER and not access.on_cluster(
+        elif resource.resource_type in (BROKER, BROKER_LOGGER) and not access.on_cluster(
                 worker, request, Operation.DESCRIBE_CONFIGS):
             error, message, configs = ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None, []
         elif resource.resource_type == TOPIC:

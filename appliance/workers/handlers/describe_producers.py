@@ -13,11 +13,12 @@ from klog.protocol.apis import describe_producers as api
 from klog.protocol.error_codes import ErrorCode
 
 API_KEY = api.SPEC.key
+TOPIC_REFUSED = "Topic authorization failed."  # Kafka's ApiError(TOPIC_AUTHORIZATION_FAILED)
 
 
-def _refused(index: int, error: ErrorCode) -> api.PartitionResponse:
+def _refused(index: int, error: ErrorCode, message: str | None = None) -> api.PartitionResponse:
     return api.PartitionResponse(partition_index=index, error_code=int(error),
-                                 error_message=None, active_producers=[])
+                                 error_message=message, active_producers=[])
 
 
 def _describe(worker, topic: str, index: int) -> api.PartitionResponse:
@@ -39,7 +40,7 @@ def handle(worker: HandlerContext, request):
                                    [t.name for t in request.body.topics])
     return api.Response(throttle_time_ms=0, topics=[
         api.TopicResponse(name=t.name, partitions=[
-            _refused(i, ErrorCode.TOPIC_AUTHORIZATION_FAILED) if t.name in denied
+            _refused(i, ErrorCode.TOPIC_AUTHORIZATION_FAILED, TOPIC_REFUSED) if t.name in denied
             else _describe(worker, t.name, i)
             for i in t.partition_indexes])
         for t in request.body.topics])

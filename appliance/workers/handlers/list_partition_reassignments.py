@@ -17,10 +17,23 @@ from klog.protocol.error_codes import ErrorCode
 API_KEY = api.SPEC.key
 
 
+def _refused(body, error: ErrorCode, message: str):
+    """Kafka's error answer to the whole request: the error at the top, and each partition
+    asked for listed with empty replica lists (ListPartitionReassignmentsRequest's
+    getErrorResponse)."""
+    return api.Response(throttle_time_ms=0, error_code=int(error), error_message=message,
+                        topics=[api.OngoingTopicReassignment(name=t.name, partitions=[
+                            api.OngoingPartitionReassignment(
+                                partition_index=p, replicas=[], adding_replicas=[],
+                                removing_replicas=[])
+                            for p in t.partition_indexes]) for t in body.topics or []])
+
+
 def handle(worker: HandlerContext, request):
     body = request.body
     if not access.on_cluster(worker, request, Operation.DESCRIBE):
-        return api.error_response(body, 0, int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED))
+        return _refused(body, ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                        "Cluster authorization failed.")
     if worker.control.fleet_nodes is None:
         return api.Response(throttle_time_ms=0, error_code=0, error_message=None, topics=[])
     wanted = (None if body.topics is None
