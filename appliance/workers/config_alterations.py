@@ -23,7 +23,7 @@ from appliance.workers import access
 from klog.protocol.apis.incremental_alter_configs import APPEND, DELETE, SET, SUBTRACT
 from klog.protocol.error_codes import ErrorCode
 
-TOPIC, BROKER = 2, 4
+TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8
 LIST_KEYS = frozenset({"cleanup.policy", "leader.replication.throttled.replicas",
                        "follower.replication.throttled.replicas", "log.cleanup.policy"})
 
@@ -64,6 +64,9 @@ def _alter(worker, request, resource, incremental: bool, validate_only: bool):
         if not access.on_cluster(worker, request, Operation.ALTER_CONFIGS):
             return ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None
         return _alter_broker(worker, resource, incremental, validate_only)
+    if resource.resource_type == BROKER_LOGGER and not access.on_cluster(
+            worker, request, Operation.ALTER_CONFIGS):  # Kafka checks before it looks further
+        return ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None
     raise Refused(ErrorCode.INVALID_REQUEST,
                   f"resource type {resource.resource_type} cannot be altered here")
 

@@ -38,6 +38,7 @@ from klog.protocol.apis import (
     describe_log_dirs,
     describe_producers,
     elect_leaders,
+    incremental_alter_configs,
     list_partition_reassignments,
     offset_commit,
     offset_delete,
@@ -174,6 +175,10 @@ def test_broker_configs_need_describe_and_alter_configs_on_the_cluster(appliance
         describe_configs.DescribeConfigsResource(resource_type=8, resource_name=node,
                                                  configuration_keys=None)])
     assert loggers.results[0].error_code == CLUSTER_FAILED
+    loggers = ask(appliance, "brk", incremental_alter_configs, validate_only=False, resources=[
+        incremental_alter_configs.AlterConfigsResource(resource_type=8, resource_name=node,
+                                                       configs=[])])
+    assert loggers.responses[0].error_code == CLUSTER_FAILED
     wanted = ConfigResource(ConfigResource.Type.BROKER, node, incremental_configs=[
         ConfigEntry("log.retention.ms", "7200000",
                     incremental_operation=AlterConfigOpType.SET)])
