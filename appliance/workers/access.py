@@ -9,10 +9,11 @@ Each handler asks where it reads its request and answers Kafka's error for what 
 
 from __future__ import annotations
 
-from appliance.security.acls import CLUSTER_NAME, Operation, ResourceType
+from appliance.security.acls import CLUSTER_NAME, SUPPORTED_OPERATIONS, Operation, ResourceType
 from appliance.security.authorizer import authorize
 
 TOPIC, GROUP, CLUSTER = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER
+NOT_ASKED = -(2**31)  # the schemas' default for authorized operations: not asked for
 
 
 def allowed(worker, request, operation: Operation, resource_type: ResourceType,
@@ -53,3 +54,23 @@ def refused_topics(worker, request, operation: Operation, names) -> frozenset[st
 
 def on_transactional_id(worker, request, operation: Operation, transactional_id: str) -> bool:
     return allowed(worker, request, operation, ResourceType.TRANSACTIONAL_ID, transactional_id)
+
+
+def authorized_operations(worker, request, resource_type: ResourceType,
+                          name: str = CLUSTER_NAME) -> int:
+    """The bit field (1 << operation) of the operations on the resource the principal may do,
+    from those Kafka supports on its type (AuthHelper.authorizedOperations): every one of them
+    without an authorizer. Metadata, DescribeCluster and DescribeGroups answer it when asked."""
+    bits = 0
+    for operation in SUPPORTED_OPERATIONS[resource_type]:
+        if allowed(worker, request, operation, resource_type, name):
+            bits |= 1 << int(operation)
+    return bits
+
+
+def cluster_operations(worker, request) -> int:
+    """The cluster's authorized operations, 0 without DESCRIBE on the cluster (Kafka's rule
+    in Metadata and DescribeCluster)."""
+    if not on_cluster(worker, request, Operation.DESCRIBE):
+        return 0
+    return authorized_operations(worker, request, CLUSTER)

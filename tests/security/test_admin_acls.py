@@ -57,7 +57,7 @@ from tests.security.helpers import (
 # AlterConfigs (deprecated by confluent-kafka, still sent by tools) is checked on purpose
 pytestmark = [pytest.mark.interop,
               pytest.mark.filterwarnings("ignore:alter_configs has been deprecated")]
-USERS = ("cfg", "brk", "del", "odel", "prod", "clus", "dirs", "elect", "reas", "quota")
+USERS = ("cfg", "brk", "del", "odel", "prod", "clus", "dirs", "elect", "reas", "quota", "ops")
 PASSWORD = "admin-acl-secret"
 ADMIN = ("admin", PLAIN_USERS["admin"])
 TOPIC = "guarded"
@@ -382,3 +382,41 @@ def test_client_quotas_need_describe_and_alter_configs_on_the_cluster(appliance)
     eventually(lambda: alter() == [0], "ALTER_CONFIGS on the cluster")
     [shown] = described("admin").entries
     assert {v.key: v.value for v in shown.values} == {"producer_byte_rate": 1_048_576.0}
+
+
+def test_metadata_and_describe_groups_answer_authorized_operations(appliance):
+    """librdkafka's describe_cluster/describe_topics/describe_consumer_groups with
+    include_authorized_operations read them from Metadata v8 and DescribeGroups v3+."""
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicCollection
+
+    admin = AdminClient(conf(appliance, "ops"))
+    grant(appliance, "ops", ResourceType.TOPIC, TOPIC, AclOperation.READ)
+    topics = TopicCollection([TOPIC])
+
+    def topic_operations():
+        described = admin.describe_topics(topics, include_authorized_operations=True)
+        try:
+            return described[TOPIC].result(timeout=30).authorized_operations
+        except KafkaException:
+            return None
+    # READ implies DESCRIBE (Kafka's rule), so the topic is seen with exactly those two
+    assert {op.name for op in eventually(topic_operations, "READ on the topic")} == {
+        "READ", "DESCRIBE"}
+    cluster = admin.describe_cluster(include_authorized_operations=True).result(timeout=30)
+    assert not cluster.authorized_operations, "no DESCRIBE on the cluster: none shown"
+    grant_cluster(appliance, "ops", AclOperation.DESCRIBE)
+    grant_cluster(appliance, "ops", AclOperation.IDEMPOTENT_WRITE)
+
+    def cluster_operations():
+        answer = admin.describe_cluster(include_authorized_operations=True).result(timeout=30)
+        return {op.name for op in answer.authorized_operations or []}
+    wait_until(lambda: cluster_operations() == {"DESCRIBE", "IDEMPOTENT_WRITE"}, 10,
+               "the cluster's operations")
+    group = "ops-group"
+    grant(appliance, "ops", ResourceType.GROUP, group, AclOperation.READ)
+    offsets = ConsumerGroupTopicPartitions(group, [TopicPartition(TOPIC, 0, 1)])
+    eventually(lambda: accepted(admin.alter_consumer_group_offsets([offsets])[group]),
+               "READ on the group")
+    described = admin.describe_consumer_groups(
+        [group], include_authorized_operations=True)[group].result(timeout=30)
+    assert {op.name for op in described.authorized_operations} == {"READ", "DESCRIBE"}

@@ -12,26 +12,19 @@ not asked."""
 
 from __future__ import annotations
 
-from appliance.security.acls import SUPPORTED_OPERATIONS, Operation, ResourceType
 from appliance.workers import access
 from appliance.workers.handler_context import HandlerContext
 from klog.protocol.apis import describe_cluster
 from klog.protocol.error_codes import ErrorCode
 
 API_KEY = describe_cluster.SPEC.key
-NOT_ASKED = -2147483648  # the schema's default: operations not asked for
+NOT_ASKED = access.NOT_ASKED
 
 
 def _authorized_operations(worker, request) -> int:
     if not request.body.include_cluster_authorized_operations:
         return NOT_ASKED
-    if not access.on_cluster(worker, request, Operation.DESCRIBE):
-        return 0
-    bits = 0
-    for operation in SUPPORTED_OPERATIONS[ResourceType.CLUSTER]:
-        if access.on_cluster(worker, request, operation):
-            bits |= 1 << int(operation)
-    return bits
+    return access.cluster_operations(worker, request)
 
 
 def handle(worker: HandlerContext, request):

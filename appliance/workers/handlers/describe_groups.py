@@ -13,7 +13,7 @@ from klog.protocol.apis import describe_groups
 from klog.protocol.error_codes import ErrorCode
 
 API_KEY = describe_groups.SPEC.key
-NO_OPERATIONS = -(2**31)
+NO_OPERATIONS = access.NOT_ASKED
 
 
 def _describe(worker, request, group_id: str):
@@ -35,10 +35,13 @@ def _describe(worker, request, group_id: str):
         client_host=m.client_host, member_metadata=m.metadata_for(group.protocol or ""),
         member_assignment=m.assignment if show_assignment else b"")
         for m in group.members.values()]
+    operations = NO_OPERATIONS
+    if getattr(request.body, "include_authorized_operations", False):
+        operations = access.authorized_operations(worker, request, access.GROUP, group_id)
     return describe_groups.DescribedGroup(
         error_code=int(ErrorCode.NONE), group_id=group_id, group_state=group.state.value,
         protocol_type=group.protocol_type or "", protocol_data=group.protocol or "",
-        members=members, authorized_operations=NO_OPERATIONS)
+        members=members, authorized_operations=operations)
 
 
 def handle(worker: HandlerContext, request):

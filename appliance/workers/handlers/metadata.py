@@ -3,6 +3,9 @@
 Brokers are answered at their endpoints of the listener the request came in on (Kafka does
 this), so a client of the SASL_SSL listener is never sent to a PLAINTEXT port.
 
+Asked for (v8+), each topic's and the cluster's authorized operations are answered as Kafka
+does (`access.authorized_operations`).
+
 `topics = null` asks for every topic; a named topic that does not exist is created when both
 the request (v4+: allow_auto_topic_creation; always before v4) and the broker config allow it.
 """
@@ -40,10 +43,14 @@ def _partitions(worker, info, listener: str) -> list:
     return result
 
 
-def _topic(worker, info, listener: str) -> object:
+def _topic(worker, request, info) -> object:
+    operations = access.NOT_ASKED
+    if getattr(request.body, "include_topic_authorized_operations", False):
+        operations = access.authorized_operations(worker, request, access.TOPIC, info.name)
     return metadata.MetadataResponseTopic(
         error_code=0, name=info.name, is_internal=info.internal,
-        partitions=_partitions(worker, info, listener), topic_authorized_operations=-2147483648)
+        partitions=_partitions(worker, info, request.listener),
+        topic_authorized_operations=operations)
 
 
 def handle(worker: HandlerContext, request):
@@ -56,7 +63,7 @@ def handle(worker: HandlerContext, request):
         infos = worker.control.topics()
         hidden = access.refused_topics(worker, request, Operation.DESCRIBE,
                                        [i.name for i in infos])
-        topics = [_topic(worker, info, request.listener) for info in infos
+        topics = [_topic(worker, request, info) for info in infos
                   if info.name not in hidden]
     else:
         hidden = access.refused_topics(worker, request, Operation.DESCRIBE,
@@ -81,11 +88,12 @@ def handle(worker: HandlerContext, request):
                 topics.append(metadata.MetadataResponseTopic(
                     error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name, partitions=[]))
             else:
-                topics.append(_topic(worker, info, request.listener))
+                topics.append(_topic(worker, request, info))
     brokers = [metadata.MetadataResponseBroker(node_id=n.node_id, host=n.host, port=n.port,
                                                rack=n.rack)
                for n in worker.nodes(request.listener)]  # the listener it came in on
     return metadata.Response(
         throttle_time_ms=0, brokers=brokers, cluster_id=worker.cluster_id,
         controller_id=worker.controller_node_id, topics=topics,
-        cluster_authorized_operations=-2147483648)
+        cluster_authorized_operations=access.cluster_operations(worker, request)
+        if getattr(body, "include_cluster_authorized_operations", False) else access.NOT_ASKED)
