@@ -171,7 +171,8 @@ def run(label: str, code_dir: Path | None, kills: int, root: Path) -> list[dict[
     rows = []
     try:
         spec = FleetSpec(f"/bench-failover-{label}", log_dirs=1,
-                         settings={"default.replication.factor": "3"})
+                         settings={"default.replication.factor": "3",
+                                   "auto.leader.rebalance.enable": "false"})
         with running_fleet(ensemble, root / label, spec) as fleet:
             bootstrap = ",".join(a.bootstrap for a in fleet)
             admin = AdminClient({"bootstrap.servers": bootstrap})
