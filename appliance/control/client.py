@@ -261,7 +261,12 @@ class ControlPlaneClient:
 
     def _on_fleet(self, fleet: Fleet) -> None:
         nodes = {n.node_id: n for n in fleet.nodes}
-        self.departed_nodes.update(self.fleet_nodes, nodes)
+        if self.fleet_nodes is not None and self.fleet_nodes.keys() - nodes.keys():
+            self.departed_nodes.update(self.fleet_nodes, nodes, {
+                state.leader for info in self._topics.values()
+                for state in (info.leadership or ())})
+        else:
+            self.departed_nodes.update(self.fleet_nodes, nodes)
         self.fleet_nodes = nodes
         self.fleet_controller_id = fleet.controller_id
         self.fleet_node_configs = dict(fleet.node_configs)

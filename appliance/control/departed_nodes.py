@@ -9,7 +9,8 @@ producing again (perf/bench_failover.py measured it on every kill: a second beyo
 election). Listing the departed node a little longer lets the move finish first; the handle
 is decommissioned at a later refresh, when no partition is delegated to it. Partitions never
 name a departed node as leader (Metadata answers them from the live nodes), so no client is
-sent there; the grace is `klog.metadata.departed.broker.grace.ms` (0: drop at once, as before).
+sent there; the grace is `klog.metadata.departed.broker.grace.ms` (0: drop at once, as before),
+and only for a node that left while still leading (a crash, not a controlled shutdown).
 """
 
 from __future__ import annotations
@@ -25,10 +26,14 @@ class DepartedNodes:
     def __init__(self) -> None:
         self._left: dict[int, tuple[FleetNode, float]] = {}
 
-    def update(self, before: dict[int, FleetNode] | None, after: dict[int, FleetNode]) -> None:
+    def update(self, before: dict[int, FleetNode] | None, after: dict[int, FleetNode],
+               leaders: set[int] | frozenset[int] = frozenset()) -> None:
+        """`leaders`: the nodes leading a partition as last told. Only a node that left
+        while leading is kept (one that died): a controlled shutdown moved its leadership
+        away first, so it leaves Metadata at once, as before."""
         now = time.monotonic()
         for node_id, node in (before or {}).items():
-            if node_id not in after:
+            if node_id not in after and node_id in leaders:
                 self._left[node_id] = (node, now)
         for node_id in after:
             self._left.pop(node_id, None)

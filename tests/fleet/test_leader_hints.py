@@ -193,12 +193,15 @@ def test_departed_nodes_are_listed_for_the_grace_only(monkeypatch):
     nodes = departed_nodes.DepartedNodes()
     nodes.update(None, {100: a, 200: b})
     assert nodes.within(3) == []
-    nodes.update({100: a, 200: b}, {200: b})
+    nodes.update({100: a, 200: b}, {200: b})  # left leading nothing (controlled): not kept
+    assert nodes.within(3) == []
+    nodes.update({200: b}, {200: b, 100: a})
+    nodes.update({100: a, 200: b}, {200: b}, leaders={100})  # left while leading: kept
     now[0] += 2
     assert nodes.within(3) == [a] and nodes.within(0) == []
     now[0] += 2
     assert nodes.within(3) == []
-    nodes.update({200: b}, {200: b, 100: a})  # back: no longer departed
-    nodes.update({200: b, 100: a}, {100: a})
-    nodes.update({100: a}, {100: a, 200: b})
+    nodes.update({200: b}, {200: b, 100: a})
+    nodes.update({200: b, 100: a}, {100: a}, leaders={200})
+    nodes.update({100: a}, {100: a, 200: b})  # back: no longer departed
     assert nodes.within(3) == []
