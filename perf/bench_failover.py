@@ -139,8 +139,8 @@ def one_kill(fleet, zk, producer: TimedProducer) -> dict[str, float]:
     zk.exists(f"/brokers/ids/{state['leader']}", watch=gone)
     wait_until(lambda: producer.first_ack_after(time.time() - 0.05), 30, "a steady producer",
                interval_s=0.02)
+    kill_appliance(victim)  # its workers answer until they are killed: time from after
     kill_at = time.time()
-    kill_appliance(victim)
     expired.wait(SESSION_MS / 1000 + 30)
     new = wait_until(lambda: (s := partition_state(zk, TOPIC, 0))["leader"] // 100 not in
                      (victim_id, -1) and s["leader"] >= 0 and s, 30, "a new leader",
@@ -158,6 +158,8 @@ def one_kill(fleet, zk, producer: TimedProducer) -> dict[str, float]:
     times["ack"] = producer.first_ack_after(kill_at + 0.05)
     times["client"] = producer.first_seen(leader, times["election"] - 0.5) or float("nan")
     times["kill"] = kill_at
+    if TRACE is not None:
+        TRACE.write(f"=== {times}\n")
     victim.start(timeout_s=60)
     wait_until(lambda: len(partition_state(zk, TOPIC, 0)["isr"]) == 3, 60, "a full ISR")
     return times
