@@ -15,7 +15,13 @@ replication factor 3; the leader's appliance is killed, then started again and g
 place back in the ISR before the next kill. With `--baseline DIR` the same run is made first
 on the code checked out in DIR (e.g. /work/main), so both figures come from one run.
 
-    python perf/bench_failover.py --kills 20 [--baseline /work/main]
+    python perf/bench_failover.py --kills 20 [--baseline /work/main] [--client k=v ...]
+
+What is left after the election is librdkafka's own: while a partition has no live leader
+it asks Metadata on a fixed timer ("refresh unavailable topics", every `retry.backoff.max.ms`,
+1 s by default), so it learns the new leader 0-1 s after the election (and ZooKeeper expires a
+session up to a tick after its timeout). KIP-951's hints cannot help there: no live broker is
+asked to produce to the partition meanwhile.
 """
 
 from __future__ import annotations
@@ -62,7 +68,7 @@ class TimedProducer:
     """acks=all, idempotent, one message per 5 ms; keeps each acknowledgement's time and the
     time librdkafka's metadata log first names each leader."""
 
-    def __init__(self, bootstrap: str):
+    def __init__(self, bootstrap: str, extra: dict[str, str]):
         self.acks: list[float] = []
         self.leader_seen: list[tuple[float, int]] = []
         self._lock = threading.Lock()
@@ -70,7 +76,7 @@ class TimedProducer:
             "bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
             "linger.ms": 0, "message.timeout.ms": 120_000,
             "debug": os.environ.get("BENCH_FAILOVER_DEBUG", "metadata"),
-            "logger": self})
+            "logger": self, **extra})
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -165,7 +171,8 @@ def one_kill(fleet, zk, producer: TimedProducer) -> dict[str, float]:
     return times
 
 
-def run(label: str, code_dir: Path | None, kills: int, root: Path) -> list[dict[str, float]]:
+def run(label: str, code_dir: Path | None, kills: int, root: Path,
+        client: dict[str, str]) -> list[dict[str, float]]:
     if code_dir is not None:
         appliance_module.REPO = code_dir  # the appliances run that checkout's code
     ensemble = Ensemble(root / f"zk-{label}")
@@ -182,7 +189,7 @@ def run(label: str, code_dir: Path | None, kills: int, root: Path) -> list[dict[
                                 )[TOPIC].result(30)
             zk = zk_client(ensemble, spec.chroot)
             wait_until(lambda: len(partition_state(zk, TOPIC, 0)["isr"]) == 3, 60, "ISR")
-            producer = TimedProducer(bootstrap)
+            producer = TimedProducer(bootstrap, client)
             try:
                 for i in range(kills):
                     times = one_kill(fleet, zk, producer)
@@ -217,13 +224,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--baseline", type=Path, help="a checkout to measure first (main)")
+    parser.add_argument("--client", action="append", default=[], metavar="KEY=VALUE",
+                        help="a librdkafka setting for the producer (default: its defaults)")
     args = parser.parse_args()
+    client = dict(item.split("=", 1) for item in args.client)
     results = {}
     with tempfile.TemporaryDirectory(prefix="bench-failover-") as tmp:
         if args.baseline is not None:
-            results["baseline"] = run("baseline", args.baseline, args.kills, Path(tmp))
+            results["baseline"] = run("baseline", args.baseline, args.kills, Path(tmp),
+                                      client)
         results["this"] = run("this", Path(__file__).resolve().parent.parent, args.kills,
-                              Path(tmp))
+                              Path(tmp), client)
     for label, rows in results.items():
         summary(label, rows)
 
