@@ -145,8 +145,8 @@ def one_kill(fleet, zk, producer: TimedProducer) -> dict[str, float]:
     zk.exists(f"/brokers/ids/{state['leader']}", watch=gone)
     wait_until(lambda: producer.first_ack_after(time.time() - 0.05), 30, "a steady producer",
                interval_s=0.02)
-    kill_appliance(victim)  # its workers answer until they are killed: time from after
     kill_at = time.time()
+    kill_appliance(victim)
     expired.wait(SESSION_MS / 1000 + 30)
     new = wait_until(lambda: (s := partition_state(zk, TOPIC, 0))["leader"] // 100 not in
                      (victim_id, -1) and s["leader"] >= 0 and s, 30, "a new leader",
@@ -159,9 +159,10 @@ def one_kill(fleet, zk, producer: TimedProducer) -> dict[str, float]:
     wait_until(lambda: metadata_leader(port) == leader, 30, "the worker to know",
                interval_s=0.005)
     times["worker"] = time.time()
-    wait_until(lambda: producer.first_ack_after(kill_at + 0.05), 60, "the next ack",
+    # the next ack is the new leader's (the victim's workers answer until they are killed)
+    wait_until(lambda: producer.first_ack_after(times["election"]), 60, "the next ack",
                interval_s=0.01)
-    times["ack"] = producer.first_ack_after(kill_at + 0.05)
+    times["ack"] = producer.first_ack_after(times["election"])
     times["client"] = producer.first_seen(leader, times["election"] - 0.5) or float("nan")
     times["kill"] = kill_at
     if TRACE is not None:
