@@ -81,6 +81,9 @@ class BrokerConfig:
     zookeeper_set_acl: bool = False
     zookeeper_digest_credentials: str | None = field(default=None, repr=False)
     broker_rack: str | None = None
+    # a node that left the fleet stays in Metadata's brokers this long
+    # (appliance.control.departed_nodes: why librdkafka fails over faster so)
+    departed_broker_grace_ms: int = 3000
     shutdown_timeout_ms: int = 30_000
     worker_restart_backoff_ms: int = 100
     worker_restart_backoff_max_ms: int = 30_000
@@ -360,6 +363,7 @@ KEYS: dict[str, tuple[str, object]] = {
     "metrics.host": ("metrics_host", _text),
     "zookeeper.connect": ("zookeeper_connect", _zookeeper_connect),
     "zookeeper.session.timeout.ms": ("zookeeper_session_timeout_ms", _int(1000)),
+    "klog.metadata.departed.broker.grace.ms": ("departed_broker_grace_ms", _int(0)),
     "zookeeper.connection.timeout.ms": ("zookeeper_connection_timeout_ms", _int(100)),
     "zookeeper.set.acl": ("zookeeper_set_acl", _bool),
     "zookeeper.digest.credentials": ("zookeeper_digest_credentials", _digest_credentials),

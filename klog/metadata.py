@@ -107,6 +107,29 @@ class ClusterMetadata:
         address = self.brokers.get(node_id)
         return f"node {node_id}" if address is None else f"{address[0]}:{address[1]}"
 
+    def leader_hint(self, topic: str, partition: int, leader_id: int, leader_epoch: int,
+                    endpoint: tuple[str, int] | None = None) -> bool:
+        """KIP-951: a NOT_LEADER_OR_FOLLOWER answer named the partition's current leader (and,
+        in Produce v10, its endpoint). Taken, as Kafka's clients do, only when its epoch is
+        newer than the one known and the leader's address is known; True then, and no
+        Metadata round trip is needed to go there."""
+        leaders, epochs = self.leaders.get(topic), self.epochs.get(topic)
+        if (leader_id < 0 or leader_epoch < 0 or leaders is None or epochs is None
+                or not 0 <= partition < len(leaders)):
+            return False
+        if leader_epoch <= epochs[partition] and epochs[partition] != NO_EPOCH:
+            return False
+        if endpoint is not None:
+            self.brokers = {**self.brokers, leader_id: endpoint}
+        elif leader_id not in self.brokers:
+            return False
+        self.leaders[topic] = leaders[:partition] + (leader_id,) + leaders[partition + 1:]
+        self.epochs[topic] = epochs[:partition] + (leader_epoch,) + epochs[partition + 1:]
+        self.version += 1
+        log.info("metadata: %s[%d] led by node %d in epoch %d (the broker's hint)", topic,
+                 partition, leader_id, leader_epoch)
+        return True
+
     # when to ask --------------------------------------------------------------------------
 
     def want(self, topics) -> None:

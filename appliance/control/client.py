@@ -42,6 +42,7 @@ from appliance.control.channel import (
     TopicDeleted,
     encode,
 )
+from appliance.control.departed_nodes import DepartedNodes
 from appliance.control.interface import ReloadListener, TopicListener
 from appliance.control.topics import FleetNode, TopicInfo, TopicResult
 from appliance.scram_credentials import ScramChange
@@ -60,6 +61,7 @@ class ControlPlaneClient:
         self.default_partitions = default_partitions
         self.cluster_id = ""
         self.fleet_nodes: dict[int, FleetNode] | None = None
+        self.departed_nodes = DepartedNodes()  # left the fleet lately (Metadata's grace)
         self.fleet_controller_id = -1
         self.fleet_node_configs: dict[int, dict[str, str]] = {}
         self.acls = AclIndex()  # the ACLs in force, as last broadcast
@@ -258,7 +260,14 @@ class ControlPlaneClient:
             listener(reload)
 
     def _on_fleet(self, fleet: Fleet) -> None:
-        self.fleet_nodes = {n.node_id: n for n in fleet.nodes}
+        nodes = {n.node_id: n for n in fleet.nodes}
+        if self.fleet_nodes is not None and self.fleet_nodes.keys() - nodes.keys():
+            self.departed_nodes.update(self.fleet_nodes, nodes, {
+                state.leader for info in self._topics.values()
+                for state in (info.leadership or ())})
+        else:
+            self.departed_nodes.update(self.fleet_nodes, nodes)
+        self.fleet_nodes = nodes
         self.fleet_controller_id = fleet.controller_id
         self.fleet_node_configs = dict(fleet.node_configs)
 

@@ -32,6 +32,8 @@ from klog.protocol.records_columns import RecordColumns, append_records
 from klog.types import ConsumerRecord, TopicPartition
 
 FETCH_CHANNELS = ("fetch", "fetch-spare")
+# errors whose answer may carry KIP-951's current leader
+_HINTED = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH})
 
 
 class Fetcher:
@@ -159,7 +161,10 @@ class Fetcher:
                 f"{part.high_watermark}) and auto_offset_reset='none'", topic=tp.topic,
                 partition=tp.partition, broker=broker))
         elif code.retriable:
-            self.cluster.mark_stale()
+            hint = part.current_leader  # KIP-951 (Fetch v12+): where the leader is now
+            if not (code in _HINTED and self.cluster.leader_hint(
+                    tp.topic, tp.partition, hint.leader_id, hint.leader_epoch)):
+                self.cluster.mark_stale()
         else:
             self.errors.append(error_for(code, topic=tp.topic, partition=tp.partition,
                                          broker=broker))

@@ -58,6 +58,16 @@ from klog.types import ConsumerGroupMetadata, OffsetAndMetadata
 
 log = logging.getLogger(__name__)
 
+def _take_hint(cluster, batch, part, endpoints: dict) -> bool:
+    """Whether a NOT_LEADER_OR_FOLLOWER answer's KIP-951 hint (Produce v10) moved the
+    partition to its new leader in `cluster`."""
+    if part.error_code != ErrorCode.NOT_LEADER_OR_FOLLOWER:
+        return False
+    hint = part.current_leader
+    return cluster.leader_hint(batch.topic, batch.partition, hint.leader_id,
+                               hint.leader_epoch, endpoints.get(hint.leader_id))
+
+
 _SUCCESS = frozenset({ErrorCode.NONE, ErrorCode.DUPLICATE_SEQUENCE_NUMBER})
 _STALE_METADATA = frozenset({
     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.LEADER_NOT_AVAILABLE,
@@ -396,6 +406,7 @@ class ProducerProtocol:
     def _on_produce(self, request: Outgoing, response, now_ms: int) -> None:
         by_key = {batch.key: batch for batch in request.context}
         broker = self.cluster.describe(request.node)
+        endpoints = {n.node_id: (n.host, n.port) for n in response.node_endpoints}
         for topic in response.responses:
             for part in topic.partition_responses:
                 batch = by_key.pop((topic.name, part.index), None)
@@ -407,7 +418,8 @@ class ProducerProtocol:
                     self._succeed(batch, (part.base_offset, part.log_append_time_ms,
                                           part.log_start_offset))
                     continue
-                if code in _STALE_METADATA:
+                hinted = _take_hint(self.cluster, batch, part, endpoints)
+                if code in _STALE_METADATA and not hinted:
                     self.cluster.mark_stale()
                 retriable = code.retriable or (
                     code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
@@ -416,6 +428,8 @@ class ProducerProtocol:
                                                    self.config.batch_size),
                                   topic=batch.topic, partition=batch.partition, broker=broker)
                 self._retry_or_fail(batch, error, retriable, now_ms)
+                if hinted and batch.retry_at_ms > now_ms:
+                    batch.retry_at_ms = now_ms  # to the new leader at once, as KIP-951 asks
         for batch in by_key.values():  # the broker skipped it: treat as lost
             self.sequences.answered(batch)
             self._retry_or_fail(batch, error_for(ErrorCode.NETWORK_EXCEPTION,

@@ -268,6 +268,11 @@ def _response_writer(version: int, generic: Any) -> Any:
     return write
 
 
+def _later_defaults(cls: Any, read: set[str]) -> dict[str, Any]:
+    """The defaults of a struct's fields that v3-8 do not carry (each made once)."""
+    return {f.name: f.default() for f in cls.fields if f.name not in read}
+
+
 def _response_reader(version: int, response_cls: Any, topic_cls: Any, partition_cls: Any,
                      generic: Any) -> Any:
     unpack_i16, unpack_i32 = _I16.unpack_from, _I32.unpack_from
@@ -275,6 +280,10 @@ def _response_reader(version: int, response_cls: Any, topic_cls: Any, partition_
     unpack_partition, partition_size = partition.unpack_from, partition.size
     names = tuple(name for name, _, _ in _partition_response_layout(version)[:5])
     absent = {} if version >= 5 else {"log_start_offset": -1}
+    # fields of later versions (v10's KIP-951 hints) at their defaults, shared: never mutated
+    read_here = {*names, "log_start_offset", "record_errors", "error_message"}
+    absent.update(_later_defaults(partition_cls, read_here))
+    response_absent = _later_defaults(response_cls, {"responses", "throttle_time_ms"})
     flexible_tail = version >= 8
 
     def read(buf: Any, pos: int) -> tuple[Any, int]:
@@ -325,7 +334,8 @@ def _response_reader(version: int, response_cls: Any, topic_cls: Any, partition_
             pos += 4
         except (struct.error, UnicodeDecodeError):
             return generic(buf, start)
-        return _new(response_cls, {"responses": topics,
-                                   "throttle_time_ms": throttle_time_ms}), pos
+        return _new(response_cls, {"responses": topics, "throttle_time_ms": throttle_time_ms,
+                                   **{k: list(v) if isinstance(v, list) else v
+                                      for k, v in response_absent.items()}}), pos
 
     return read

@@ -127,7 +127,7 @@ def test_advertised_but_not_served_version_is_answered_per_partition():
 
 
 def test_version_beyond_advertised_means_close():
-    request = parse_one(frame(0, 9, b"\x00" * 20, flexible_header=True))
+    request = parse_one(frame(0, 11, b"\x00" * 20, flexible_header=True))
     assert request.error == ErrorCode.UNSUPPORTED_VERSION and request.body is None
     assert error_response(request, request.error) is None
 

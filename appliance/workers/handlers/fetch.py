@@ -33,7 +33,7 @@ import os
 
 from appliance.security.acls import Operation
 from appliance.segments.errors import OffsetOutOfRangeError, StorageError
-from appliance.workers import access
+from appliance.workers import access, leader_hints
 from appliance.workers.consumer_fencing import consumer_refusal
 from appliance.workers.handler_context import HandlerContext
 from appliance.workers.replication.identity import is_trusted_replica
@@ -186,12 +186,21 @@ def handle(worker: HandlerContext, request):
     body = request.body
     denied = _denied(worker, request, body)
     if not denied and _untrusted_replica(worker, request, body):
-        return _refused(body, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        return leader_hints.add_to_fetch(worker, request,
+                                         _refused(body, ErrorCode.NOT_LEADER_OR_FOLLOWER))
     response, total, errored = build(worker, body, denied)
     if errored or total >= body.min_bytes or body.max_wait_ms <= 0 or total > 0 and (
             body.min_bytes <= 1):
-        return response
-    return _long_poll(worker, body, worker.now_ms() + body.max_wait_ms, denied)
+        return leader_hints.add_to_fetch(worker, request, response)
+    poll = _long_poll(worker, body, worker.now_ms() + body.max_wait_ms, denied)
+    if request.header.api_version < leader_hints.FETCH_HINTS_VERSION:
+        return poll
+    return _hinted(worker, request, poll)
+
+
+async def _hinted(worker, request, poll):
+    """A long poll's answer with KIP-951's hints (leadership may move while it waits)."""
+    return leader_hints.add_to_fetch(worker, request, await poll)
 
 
 async def _long_poll(worker, body, deadline_ms, denied):

@@ -53,6 +53,20 @@ def _topic(worker, request, info) -> object:
         topic_authorized_operations=operations)
 
 
+def _listed_nodes(worker, listener: str) -> list:
+    """The live nodes, and those that left within the grace (appliance.control.departed_nodes:
+    librdkafka moves a partition off a dead leader at once only while that node is listed)."""
+    live = worker.nodes(listener)
+    departed = getattr(worker.control, "departed_nodes", None)
+    if departed is None or worker.control.fleet_nodes is None:
+        return live
+    listed = {n.node_id for n in live}
+    lately = (n.on(listener) for n in departed.within(worker.config.departed_broker_grace_ms
+                                                      / 1000))
+    return live + sorted((n for n in lately if n is not None and n.node_id not in listed),
+                         key=lambda n: n.node_id)
+
+
 def handle(worker: HandlerContext, request):
     body = request.body
     version = request.header.api_version
@@ -91,7 +105,7 @@ def handle(worker: HandlerContext, request):
                 topics.append(_topic(worker, request, info))
     brokers = [metadata.MetadataResponseBroker(node_id=n.node_id, host=n.host, port=n.port,
                                                rack=n.rack)
-               for n in worker.nodes(request.listener)]  # the listener it came in on
+               for n in _listed_nodes(worker, request.listener)]  # the listener it came in on
     return metadata.Response(
         throttle_time_ms=0, brokers=brokers, cluster_id=worker.cluster_id,
         controller_id=worker.controller_node_id, topics=topics,

@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 
 from appliance.security.acls import Operation, ResourceType
-from appliance.workers import access
+from appliance.workers import access, leader_hints
 from appliance.workers.connection import NO_RESPONSE
 from appliance.workers.handler_context import HandlerContext
 from appliance.workers.transactions import leader_checks
@@ -145,7 +145,8 @@ def _appended(worker: HandlerContext, request, denied, txn_denied: bool, checks:
         responses.append(produce.TopicProduceResponse(name=name, partition_responses=partitions))
     if body.acks == 0:
         return NO_RESPONSE
-    result = produce.Response(responses=responses, throttle_time_ms=0)
+    result = leader_hints.add_to_produce(
+        worker, request, produce.Response(responses=responses, throttle_time_ms=0))
     if not waiting:
         return result
     return _when_committed(result, waiting)

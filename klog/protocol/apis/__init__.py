@@ -129,8 +129,8 @@ API_BY_KEY: dict[int, ApiSpec] = {
     spec.key: spec
     for spec in sorted(
         [
-            _spec(produce, "Produce", (0, 8), (3, 8)),
-            _spec(fetch, "Fetch", (0, 11), (4, 11)),
+            _spec(produce, "Produce", (0, 10), (3, 10)),
+            _spec(fetch, "Fetch", (0, 12), (4, 12)),
             _spec(list_offsets, "ListOffsets", (1, 8), (1, 8)),
             _spec(metadata, "Metadata", (0, 8), (1, 8)),
             _spec(offset_commit, "OffsetCommit", (0, 7), (2, 7)),

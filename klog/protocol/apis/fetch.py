@@ -3,7 +3,9 @@
 The response's ``records`` accepts a :class:`~klog.protocol.chunks.FileRegion` (or a list of
 regions and byte strings), which the encoder passes through so the worker can ``sendfile`` it
 from the segment. klog never opens fetch sessions: replying ``session_id = 0`` is always valid
-(KIP-227) and clients then send full requests. v0-3 are advertised, not served.
+(KIP-227) and clients then send full requests. v0-3 are advertised, not served. v12
+(flexible) answers a partition this node does not lead with KIP-951's `current_leader`; v13+
+(topic ids) is not served: librdkafka falls back to v12 without them.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ class FetchPartition(Struct):
     partition = Field(INT32)
     current_leader_epoch = Field(INT32, "9+", default=-1)
     fetch_offset = Field(INT64)
+    last_fetched_epoch = Field(INT32, "12+", default=-1)
     log_start_offset = Field(INT64, "5+", default=-1)
     partition_max_bytes = Field(INT32)
 
@@ -32,7 +35,8 @@ class ForgottenTopic(Struct):
     partitions = Field(Array(INT32), "7+")
 
 
-class FetchRequest(Message, versions="0-11", flexible="12+"):
+class FetchRequest(Message, versions="0-12", flexible="12+"):
+    cluster_id = Field(STRING, "12+", nullable="12+", default=None, tag=0)
     replica_id = Field(INT32, "0-14", default=-1)
     max_wait_ms = Field(INT32)
     min_bytes = Field(INT32)
@@ -50,12 +54,32 @@ class AbortedTransaction(Struct):
     first_offset = Field(INT64, "4+")
 
 
+class EpochEndOffset(Struct):
+    epoch = Field(INT32, "12+", default=-1)
+    end_offset = Field(INT64, "12+", default=-1)
+
+
+class LeaderIdAndEpoch(Struct):
+    """KIP-951: where a NOT_LEADER_OR_FOLLOWER / FENCED_LEADER_EPOCH partition's leader is."""
+
+    leader_id = Field(INT32, "12+", default=-1)
+    leader_epoch = Field(INT32, "12+", default=-1)
+
+
+class SnapshotId(Struct):
+    end_offset = Field(INT64, "0+", default=-1)
+    epoch = Field(INT32, "0+", default=-1)
+
+
 class PartitionData(Struct):
     partition_index = Field(INT32)
     error_code = Field(INT16)
     high_watermark = Field(INT64)
     last_stable_offset = Field(INT64, "4+", default=-1)
     log_start_offset = Field(INT64, "5+", default=-1)
+    diverging_epoch = Field(EpochEndOffset, "12+", tag=0)
+    current_leader = Field(LeaderIdAndEpoch, "12+", tag=1)
+    snapshot_id = Field(SnapshotId, "12+", tag=2)
     aborted_transactions = Field(Array(AbortedTransaction), "4+", nullable="4+")
     preferred_read_replica = Field(INT32, "11+", default=-1)
     records = Field(RECORDS, nullable="0+")
@@ -66,7 +90,7 @@ class FetchableTopicResponse(Struct):
     partitions = Field(Array(PartitionData))
 
 
-class FetchResponse(Message, versions="0-11", flexible="12+"):
+class FetchResponse(Message, versions="0-12", flexible="12+"):
     throttle_time_ms = Field(INT32, "1+")
     error_code = Field(INT16, "7+")
     session_id = Field(INT32, "7+", default=0)

@@ -1,7 +1,9 @@
 """Produce (key 0): record batches for partitions; the response gives each one's base offset.
 
 ``records`` decodes to a zero-copy memoryview of the request frame. With ``acks = 0`` the client
-expects no response at all (:attr:`klog.protocol.server.Request.expects_response`). v0-2 are
+expects no response at all (:attr:`klog.protocol.server.Request.expects_response`). v10 (KIP-951)
+answers a NOT_LEADER_OR_FOLLOWER partition with its `current_leader` and that leader's
+`node_endpoints`, so librdkafka retries there without a Metadata round trip. v0-2 are
 advertised for old librdkafka's feature detection but not served; they are declared so the
 server can still decode them and answer UNSUPPORTED_VERSION per partition.
 """
@@ -25,7 +27,7 @@ class TopicProduceData(Struct):
     partition_data = Field(Array(PartitionProduceData))
 
 
-class ProduceRequest(Message, versions="0-8", flexible="9+"):
+class ProduceRequest(Message, versions="0-10", flexible="9+"):
     transactional_id = Field(STRING, "3+", nullable="3+")
     acks = Field(INT16)
     timeout_ms = Field(INT32)
@@ -37,6 +39,13 @@ class BatchIndexAndErrorMessage(Struct):
     batch_index_error_message = Field(STRING, "8+", nullable="8+")
 
 
+class LeaderIdAndEpoch(Struct):
+    """KIP-951: where a NOT_LEADER_OR_FOLLOWER partition's leader is now."""
+
+    leader_id = Field(INT32, "10+", default=-1)
+    leader_epoch = Field(INT32, "10+", default=-1)
+
+
 class PartitionProduceResponse(Struct):
     index = Field(INT32)
     error_code = Field(INT16)
@@ -45,6 +54,7 @@ class PartitionProduceResponse(Struct):
     log_start_offset = Field(INT64, "5+", default=-1)
     record_errors = Field(Array(BatchIndexAndErrorMessage), "8+")
     error_message = Field(STRING, "8+", nullable="8+")
+    current_leader = Field(LeaderIdAndEpoch, "10+", tag=0)
 
 
 class TopicProduceResponse(Struct):
@@ -52,9 +62,19 @@ class TopicProduceResponse(Struct):
     partition_responses = Field(Array(PartitionProduceResponse))
 
 
-class ProduceResponse(Message, versions="0-8", flexible="9+"):
+class NodeEndpoint(Struct):
+    """KIP-951: a leader named in `current_leader`, so the client need not ask Metadata."""
+
+    node_id = Field(INT32, "10+")
+    host = Field(STRING, "10+")
+    port = Field(INT32, "10+")
+    rack = Field(STRING, "10+", nullable="10+", default=None)
+
+
+class ProduceResponse(Message, versions="0-10", flexible="9+"):
     responses = Field(Array(TopicProduceResponse))
     throttle_time_ms = Field(INT32, "1+", default=0)
+    node_endpoints = Field(Array(NodeEndpoint), "10+", tag=0)
 
 
 Request, Response = ProduceRequest, ProduceResponse
