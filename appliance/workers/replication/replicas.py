@@ -4,6 +4,12 @@ The worker is the single writer of every partition listed here, so nothing in th
 locks. It opens the partitions the controller places on this worker (recovering their logs,
 claiming their shm slots), closes or deletes them with their topic, and deletes the replicas
 a reassignment moved away as Kafka does: asynchronously (see `delete_moved`).
+
+A partition whose log cannot be opened because the worker is out of descriptors (EMFILE,
+issue 26) is not held but remembered in `unopened` with the reason: requests for it answer
+KAFKA_STORAGE_ERROR naming the limit (retriable), the worker retries the opening now and then
+(`unopened_topics`), and every other partition keeps being served. Any other storage error
+while opening stays fatal as before.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ class LocalReplicas:
         self._ask_isr = ask_isr
         self._held: dict[tuple[str, int], Partition] = {}
         self._retired: list[tuple[int, PartitionLog]] = []  # (remove at ms, log): moved away
+        self.unopened: dict[tuple[str, int], str] = {}  # owned, out of descriptors: why
 
     def __len__(self) -> int:
         return len(self._held)
@@ -55,13 +62,40 @@ class LocalReplicas:
         for index, owner in enumerate(info.owners):
             if owner != self.context.worker_index or (info.name, index) in self._held:
                 continue
+            key = (info.name, index)
             directory = partition_dir(self.log_dir, info.name, index)
-            plog = PartitionLog.open(directory, config, now_ms=now_ms,
-                                     attach=publisher.attach_point(info.name, index))
-            self._held[(info.name, index)] = Partition(info.name, index, plog, self.context,
-                                                       ask_isr=self._ask_isr)
+            try:
+                plog = PartitionLog.open(directory, config, now_ms=now_ms,
+                                         attach=publisher.attach_point(info.name, index))
+            except StorageError as exc:
+                if not exc.out_of_descriptors:
+                    raise
+                if key not in self.unopened:
+                    log.error("%s-%d not opened: %s", *key, exc)
+                self.unopened[key] = str(exc)
+                continue
+            try:
+                self._held[key] = Partition(info.name, index, plog, self.context,
+                                            ask_isr=self._ask_isr)
+            except StorageError as exc:
+                plog.segments.close_all()
+                if not exc.out_of_descriptors:
+                    raise
+                self.unopened[key] = str(exc)
+                continue
+            if self.unopened.pop(key, None) is not None:
+                log.info("%s-%d opened after all", *key)
+
+    def unopened_topics(self) -> list[str]:
+        """Topics with partitions this worker owns but could not open (to retry)."""
+        return sorted({name for name, _ in self.unopened})
+
+    def unopened_reason(self, topic: str, index: int) -> str | None:
+        return self.unopened.get((topic, index))
 
     def close_topic(self, name: str, *, delete: bool) -> None:
+        for key in [k for k in self.unopened if k[0] == name]:
+            del self.unopened[key]
         for key in [k for k in self._held if k[0] == name]:
             self._held.pop(key).close(delete=delete)
 
