@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from appliance.segments import descriptor_limit
+from appliance.segments.descriptor_cache import CACHE
 
 log = logging.getLogger("klog.limits")
 
@@ -118,6 +119,17 @@ def room_for(new_partitions: int) -> str | None:
         return None
     return (f"not enough file descriptors for {new_partitions} more partition logs on this "
             f"worker: {descriptor_limit.note()}")
+
+
+def configure_worker(config, *, serving: bool) -> int:
+    """Bound this worker's open sealed segments (``log.open.segments.max``; 0: half the soft
+    RLIMIT_NOFILE); the calling thread becomes the one that evicts. Before ``serving`` no
+    read is in flight, so evicted descriptors close at once (opening 10,000 logs must not
+    pile them up for file.delete.delay.ms). Returns the bound."""
+    limit = config.log_open_segments_max or max(descriptor_limit.limits()[0] // 2, 64)
+    grace_s = config.log_defaults.file_delete_delay_ms / 1000 if serving else 0.0
+    CACHE.configure(limit, grace_s)
+    return limit
 
 
 def _read_int(path: str, default: int) -> int:

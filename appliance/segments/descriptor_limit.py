@@ -29,6 +29,12 @@ def open_count() -> int:
         return -1
 
 
+def room() -> int:
+    """Descriptors this process may still open (a large number when /proc is unreadable)."""
+    held = open_count()
+    return limits()[0] - held if held >= 0 else 1 << 30
+
+
 def note(code: int | None = errno.EMFILE) -> str:
     """What limit was reached and what to change, for an error message."""
     soft, hard = limits()

@@ -75,6 +75,23 @@ class _MappedIndex:
     def _set_map(self, fd: int, length: int, *, writable: bool) -> None:
         self._mapping = _map(fd, length, writable=writable)
         self._map = self._mapping.view
+        self._released = False
+
+    _released = False  # a sealed index whose mapping the descriptor cache took back
+
+    def release(self) -> None:
+        """Unmap a sealed index (descriptor_cache.py); the next read maps it again."""
+        if not self.writable and self._mapping is not None:
+            self._unmap()
+            self._released = True
+
+    def _view(self) -> memoryview | None:
+        if self._released:
+            self._released = False
+            if self.entries:
+                with self._opened() as fd:
+                    self._set_map(fd, self.entries * self.ENTRY.size, writable=False)
+        return self._map
 
     # -- opening -----------------------------------------------------------------------------
 
@@ -162,11 +179,11 @@ class _MappedIndex:
     # -- reading -----------------------------------------------------------------------------
 
     def entry(self, n: int) -> tuple:
-        return self.ENTRY.unpack_from(self._map, n * self.ENTRY.size)
+        return self.ENTRY.unpack_from(self._view(), n * self.ENTRY.size)
 
     def _search(self, target: int, field: int) -> int:
         """Index of the largest entry whose ``field`` is <= target, or -1."""
-        unpack, m, size = self.ENTRY.unpack_from, self._map, self.ENTRY.size
+        unpack, m, size = self.ENTRY.unpack_from, self._view(), self.ENTRY.size
         lo, hi = 0, self.entries - 1
         while lo <= hi:
             mid = (lo + hi) // 2
@@ -201,7 +218,7 @@ class _MappedIndex:
     def reset(self) -> None:
         """Drop every entry (the caller rebuilds from the log). A damaged file is zeroed whole,
         so no garbage survives past the rebuilt entries."""
-        if self.damaged and self._map is not None:
+        if self.damaged and self._view() is not None:
             self._map[:] = bytes(len(self._map))
             self.entries = 0
         self._truncate_entries(0)
@@ -217,13 +234,14 @@ class _MappedIndex:
 
     def _zero(self, start: int, end: int) -> None:
         size = self.ENTRY.size
-        self._map[start * size : end * size] = bytes((end - start) * size)
+        self._view()[start * size : end * size] = bytes((end - start) * size)
         self._dirty = True
 
     def activate(self) -> None:
         """Make a sealed index writable again (segment reopened for appends)."""
         if not self.writable:
             self._unmap()
+            self._released = False
             with self._opened() as fd:
                 self._activate(fd, os.fstat(fd).st_size)
 
@@ -246,6 +264,7 @@ class _MappedIndex:
 
     def close(self) -> None:
         self._unmap()
+        self._released = False
 
 
 class OffsetIndex(_MappedIndex):

@@ -28,6 +28,7 @@ from appliance.scram_credentials import (
     ScramCredentialFile,
     credentials_path,
 )
+from appliance.segments.descriptor_cache import CACHE as DESCRIPTORS
 from appliance.segments.errors import StorageError
 from appliance.segments.group_commit import GroupCommitter
 from appliance.segments.readable import ReadableLog
@@ -230,6 +231,8 @@ class Worker:
         partition = self.partitions.get(topic, index)
         if partition is not None:
             return partition
+        if self.partitions.unopened_reason(topic, index) is not None:
+            return None  # ours but not opened (out of descriptors): KAFKA_STORAGE_ERROR
         return self.remote.get(topic, index)
 
     # life cycle --------------------------------------------------------------------------
@@ -404,6 +407,7 @@ class Worker:
         while True:
             await asyncio.sleep(FLUSH_CHECK_INTERVAL_S)
             now_ms = self.now_ms()
+            DESCRIPTORS.close_due()  # evicted segments' descriptors whose grace is over
             if self.partitions.unopened and time.monotonic() >= next_retry:
                 next_retry = time.monotonic() + UNOPENED_RETRY_S
                 self.retry_unopened()

@@ -21,6 +21,7 @@ import uuid
 from collections.abc import Callable, Iterator
 
 from appliance.control.topics import TopicInfo, topic_log_config
+from appliance.segments import descriptor_limit
 from appliance.segments.config import LogConfig
 from appliance.segments.errors import StorageError
 from appliance.segments.layout import fsync_directory, partition_dir
@@ -30,6 +31,9 @@ from appliance.workers.replication.partition import Partition
 
 log = logging.getLogger(__name__)
 
+# descriptors left free for connections when opening partitions (issue 26)
+RESERVED_DESCRIPTORS = 64
+LOGGED_REFUSALS = 5  # "not opened" lines per topic; the rest are counted in one line
 DELETE_SUFFIX = "-delete"  # Kafka's: a log directory set aside, to be removed
 
 
@@ -56,13 +60,21 @@ class LocalReplicas:
         return self._held.get((topic, index))
 
     def open_topic(self, info: TopicInfo, *, now_ms: int) -> None:
-        """Open (or create) the logs of the topic's partitions that this worker holds."""
+        """Open (or create) the logs of the topic's partitions that this worker holds; those
+        that would leave fewer than RESERVED_DESCRIPTORS free (or hit EMFILE) stay unopened."""
         config = topic_log_config(self.defaults, info.configs)
         publisher = self.context.publisher
+        room = descriptor_limit.room()  # one listing per topic; each log takes one more
+        refused = 0
         for index, owner in enumerate(info.owners):
-            if owner != self.context.worker_index or (info.name, index) in self._held:
-                continue
             key = (info.name, index)
+            if owner != self.context.worker_index or key in self._held:
+                continue
+            if room - 1 < RESERVED_DESCRIPTORS:
+                refused += self._not_opened(key, f"{RESERVED_DESCRIPTORS} descriptors kept "
+                                                 f"for connections: {descriptor_limit.note()}",
+                                            refused)
+                continue
             directory = partition_dir(self.log_dir, info.name, index)
             try:
                 plog = PartitionLog.open(directory, config, now_ms=now_ms,
@@ -70,9 +82,7 @@ class LocalReplicas:
             except StorageError as exc:
                 if not exc.out_of_descriptors:
                     raise
-                if key not in self.unopened:
-                    log.error("%s-%d not opened: %s", *key, exc)
-                self.unopened[key] = str(exc)
+                refused += self._not_opened(key, str(exc), refused)
                 continue
             try:
                 self._held[key] = Partition(info.name, index, plog, self.context,
@@ -81,10 +91,22 @@ class LocalReplicas:
                 plog.segments.close_all()
                 if not exc.out_of_descriptors:
                     raise
-                self.unopened[key] = str(exc)
+                refused += self._not_opened(key, str(exc), refused)
                 continue
+            room -= 1
             if self.unopened.pop(key, None) is not None:
                 log.info("%s-%d opened after all", *key)
+        if refused > LOGGED_REFUSALS:
+            log.error("%s: %d more partition(s) not opened for want of descriptors",
+                      info.name, refused - LOGGED_REFUSALS)
+
+    def _not_opened(self, key: tuple[str, int], reason: str, logged: int) -> int:
+        """Remember why; log the first few of a topic (a line each, no traceback)."""
+        if key not in self.unopened and logged < LOGGED_REFUSALS:
+            log.error("%s-%d not opened: %s", *key, reason)
+        new = key not in self.unopened
+        self.unopened[key] = reason
+        return 1 if new else 0
 
     def unopened_topics(self) -> list[str]:
         """Topics with partitions this worker owns but could not open (to retry)."""
