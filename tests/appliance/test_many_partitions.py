@@ -72,7 +72,8 @@ def test_reads_after_eviction_and_reopening_equal_the_reads_before(tmp_path):
 def limited(tmp_path_factory):
     appliance = Appliance(
         tmp_path_factory.mktemp("many_partitions"), log_dirs=2,
-        settings={"log.segment.bytes": 65536, "log.open.segments.max": OPEN_SEGMENTS,
+        settings={"log.segment.bytes": 65536, "log.index.size.max.bytes": 4096,
+                  "log.open.segments.max": OPEN_SEGMENTS,
                   "file.delete.delay.ms": 200},
         command_prefix=("prlimit", f"--nofile={NOFILE}:{NOFILE}"))
     appliance.start()
