@@ -18,21 +18,29 @@ from klog.protocol.error_codes import ErrorCode
 API_KEY = metadata.SPEC.key
 
 
-def _partitions(worker, info, listener: str) -> list:
+def _partitions(worker, info, listener: str, live: set[int], alone: dict) -> list:
     """Each partition's leader, replicas and ISR: the owner worker when the appliance runs
     alone, the controller's state in cluster mode (a leader that is not live is offline, and
-    so is one without an endpoint on the request's listener, as Kafka answers)."""
-    live = {node.node_id for node in worker.nodes()}
+    so is one without an endpoint on the request's listener, as Kafka answers). ``alone``:
+    owner worker -> (leader id, node id), filled once per request (issue 26: 10,000
+    partitions asked the same few workers' state 10,000 times)."""
     result = []
+    make = metadata.MetadataResponsePartition
     for index, owner in enumerate(info.owners):
-        leader_node = worker.partition_leader(info, index, listener)
-        leader = leader_node.node_id if leader_node is not None else -1
         if info.leadership is None:
-            replicas, isr, epoch = [worker.node_id_of(owner)], [worker.node_id_of(owner)], -1
+            known = alone.get(owner)
+            if known is None:
+                leader_node = worker.partition_leader(info, index, listener)
+                known = alone[owner] = (leader_node.node_id if leader_node is not None
+                                        else -1, worker.node_id_of(owner))
+            leader, node = known
+            replicas, isr, epoch = [node], [node], -1
         else:
+            leader_node = worker.partition_leader(info, index, listener)
+            leader = leader_node.node_id if leader_node is not None else -1
             state = info.leadership[index]
             replicas, isr, epoch = list(state.replicas), list(state.isr), state.leader_epoch
-        result.append(metadata.MetadataResponsePartition(
+        result.append(make(
             error_code=0 if leader >= 0 else int(ErrorCode.LEADER_NOT_AVAILABLE),
             partition_index=index, leader_id=leader, leader_epoch=epoch, replica_nodes=replicas,
             isr_nodes=[r for r in isr if r in live],
@@ -40,10 +48,14 @@ def _partitions(worker, info, listener: str) -> list:
     return result
 
 
-def _topic(worker, info, listener: str) -> object:
+def _topic(worker, info, listener: str, live: set[int] | None = None,
+           alone: dict | None = None) -> object:
+    if live is None:
+        live = {node.node_id for node in worker.nodes()}
     return metadata.MetadataResponseTopic(
         error_code=0, name=info.name, is_internal=info.internal,
-        partitions=_partitions(worker, info, listener), topic_authorized_operations=-2147483648)
+        partitions=_partitions(worker, info, listener, live, {} if alone is None else alone),
+        topic_authorized_operations=-2147483648)
 
 
 def handle(worker: HandlerContext, request):
@@ -56,7 +68,8 @@ def handle(worker: HandlerContext, request):
         infos = worker.control.topics()
         hidden = access.refused_topics(worker, request, Operation.DESCRIBE,
                                        [i.name for i in infos])
-        topics = [_topic(worker, info, request.listener) for info in infos
+        live, alone = {node.node_id for node in worker.nodes()}, {}
+        topics = [_topic(worker, info, request.listener, live, alone) for info in infos
                   if info.name not in hidden]
     else:
         hidden = access.refused_topics(worker, request, Operation.DESCRIBE,
