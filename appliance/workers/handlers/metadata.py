@@ -48,10 +48,30 @@ def _partitions(worker, info, listener: str, live: set[int], alone: dict) -> lis
     return result
 
 
+# (worker, topic) -> (info, listener, live, answer): an appliance alone answers a topic the
+# same way while its TopicInfo (replaced on every change) and the serving workers stay the
+# same; building 10,000 partition answers took ~40 ms of a Metadata of all (issue 26)
+_ANSWERS: dict[tuple[int, str], tuple] = {}
+
+
 def _topic(worker, info, listener: str, live: set[int] | None = None,
            alone: dict | None = None) -> object:
     if live is None:
         live = {node.node_id for node in worker.nodes()}
+    if info.leadership is not None:
+        return _build_topic(worker, info, listener, live, alone)
+    key = (id(worker), info.name)
+    cached = _ANSWERS.get(key)
+    if cached is not None and cached[0] is info and cached[1] == listener and cached[2] == live:
+        return cached[3]
+    answer = _build_topic(worker, info, listener, live, alone)
+    if len(_ANSWERS) > 2 * len(worker.control.topics()) + 64:
+        _ANSWERS.clear()  # deleted topics' answers
+    _ANSWERS[key] = (info, listener, frozenset(live), answer)
+    return answer
+
+
+def _build_topic(worker, info, listener: str, live: set[int], alone: dict | None) -> object:
     return metadata.MetadataResponseTopic(
         error_code=0, name=info.name, is_internal=info.internal,
         partitions=_partitions(worker, info, listener, live, {} if alone is None else alone),
