@@ -12,9 +12,9 @@ shell's hard limit): the supervisor raises the soft limit to H at start.
 
 Measured (2-vCPU VM, 2026-11-28, load average 0.3; fds / RSS MB / mappings per worker idle)::
 
-    partitions  create s  metadata ms  (restarted)  restart s  kill -9 s  worker 0, worker 1
-          2000      1.48          4.1          4.2       2.69       1.61  1012/60/2302  1012/58/2301
-         10000      7.51         17.8         18.7      10.94       7.96  5012/87/10325 5012/79/10324
+    partitions  create s  metadata ms  (restarted)  restart s kill -9 s  worker 0 / worker 1
+          2000      1.48          4.1          4.2       2.69       1.61  1012/60/2302 1012/58/2301
+        10000      7.51         17.8         18.7      10.94       7.96  5012/87/10325 5012/79/10324
 
 (before: 5,012 descriptors per worker at 2,000 partitions; Metadata of all 10,000 took 133-207
 ms under load before its answers were cached per topic). A worker restarted after kill -9
