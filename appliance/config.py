@@ -86,6 +86,9 @@ class BrokerConfig:
     departed_broker_grace_ms: int = 3000
     shutdown_timeout_ms: int = 30_000
     worker_restart_backoff_ms: int = 100
+    # sealed segments a worker keeps open (descriptor + index mappings; descriptor_cache.py);
+    # 0: half the soft RLIMIT_NOFILE. klog's own key (issue 26)
+    log_open_segments_max: int = 0
     worker_restart_backoff_max_ms: int = 30_000
     worker_heartbeat_timeout_ms: int = 30_000
     # replication: a follower that has not caught up for this long leaves the ISR
@@ -370,6 +373,7 @@ KEYS: dict[str, tuple[str, object]] = {
     "broker.rack": ("broker_rack", _text),
     "shutdown.timeout.ms": ("shutdown_timeout_ms", _int(0)),
     "worker.restart.backoff.ms": ("worker_restart_backoff_ms", _int(1)),
+    "log.open.segments.max": ("log_open_segments_max", _int(0)),
     "worker.restart.backoff.max.ms": ("worker_restart_backoff_max_ms", _int(1)),
     "worker.heartbeat.timeout.ms": ("worker_heartbeat_timeout_ms", _int(1000)),
     "offsets.topic.num.partitions": ("offsets_topic_num_partitions", _int(1)),

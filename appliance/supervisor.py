@@ -34,6 +34,7 @@ from appliance.control.decisions import LocalDecider
 from appliance.control.fleet import FleetRelay
 from appliance.control.server import ControlServer
 from appliance.controlled_shutdown import ControlledShutdown
+from appliance.descriptor_limits import check_at_start as check_descriptor_limits
 from appliance.exit_codes import BOOT_ERROR, DISK_FAILED, describe_exit
 from appliance.fleet_membership import FleetMembership
 from appliance.forking import DirectForker, ForkError, ForkServer
@@ -108,6 +109,7 @@ class Supervisor:
         ApplianceRegion.refuse_if_running(self.config)
         self.log_dir_locks = lock_log_dirs(
             self.config.log_dirs, wait_s=lock_wait_s(self.config.shutdown_timeout_ms))
+        check_descriptor_limits(self.config.log_dirs)  # soft limit raised; warns, never stops
         self.region = ApplianceRegion.create(self.config)
         try:
             check_tls_files(self.config)  # a keystore that does not load stops start-up here

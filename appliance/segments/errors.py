@@ -23,6 +23,8 @@ from contextlib import contextmanager
 
 from klog.protocol.record_batch import CorruptBatchError
 
+from . import descriptor_limit
+
 
 class StorageError(Exception):
     """An operating-system error on a log file, with the errno, the path and what we were doing."""
@@ -41,6 +43,8 @@ class StorageError(Exception):
         code = exc.errno
         name = errno_module.errorcode.get(code, "?") if code is not None else "?"
         reason = os.strerror(code) if code is not None else str(exc)
+        if code in descriptor_limit.EXHAUSTED:  # name the limit and what to change
+            reason = f"{reason}: {descriptor_limit.note(code)}"
         error = cls(
             f"cannot {operation} {path}: [Errno {code}] {name} {reason}",
             path=path,
@@ -54,6 +58,12 @@ class StorageError(Exception):
     def disk_full(self) -> bool:
         """True for ENOSPC and EDQUOT: freeing space makes the next append succeed."""
         return self.errno in (errno_module.ENOSPC, errno_module.EDQUOT)
+
+    @property
+    def out_of_descriptors(self) -> bool:
+        """True for EMFILE and ENFILE: the descriptor limit, not the disk; retriable once
+        descriptors are freed or the limit raised."""
+        return self.errno in descriptor_limit.EXHAUSTED
 
 
 class OffsetOutOfRangeError(Exception):

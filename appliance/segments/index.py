@@ -14,6 +14,11 @@ is preallocated to ``segment.index.bytes`` with ``posix_fallocate`` (so a write 
 can never hit a hole on a full disk: that would be SIGBUS, not ENOSPC) and the unused tail is
 zeros; a *sealed* index is trimmed to its entries, as Kafka trims on roll.
 
+Descriptors: none held. The file is opened for the moment it is mapped, resized or synced
+(``_opened``) and the mapping outlives the descriptor (``fdless_map.py``); ``sync`` opens the
+file only when something was written since the last sync, so a sealed index whose file the
+cleaner renamed afterwards is never reopened by its old name.
+
 Concurrency: only the log's writer thread calls mutating methods; lookups run on the same
 thread. Nothing here is thread-safe.
 
@@ -23,18 +28,19 @@ What can fail: ``OSError`` from open/fallocate/mmap (the segment wraps it in Sto
 
 from __future__ import annotations
 
-import mmap
+import contextlib
 import os
 import struct
 
+from .fdless_map import FdlessMap
 
-def _map(fd: int, length: int, prot: int) -> mmap.mmap:
+
+def _map(fd: int, length: int, *, writable: bool) -> FdlessMap:
     """Map an index with MADV_RANDOM: lookups are binary searches, and without it the first
     write fault of a fresh file fills a whole large folio (measured: ~3 ms for a 10 MiB index on
-    ext4, kernel 6.18) where one 4 KiB page is needed."""
-    mapped = mmap.mmap(fd, length, prot=prot)
-    mapped.madvise(mmap.MADV_RANDOM)
-    return mapped
+    ext4, kernel 6.18) where one 4 KiB page is needed. The map holds no descriptor
+    (fdless_map.py): an index costs a descriptor only while it is being mapped or synced."""
+    return FdlessMap(fd, length, writable=writable)
 
 
 class IndexFullError(Exception):
@@ -51,9 +57,41 @@ class _MappedIndex:
         self.max_entries = max_index_bytes // self.ENTRY.size
         self.entries = 0
         self.damaged = False  # entries were dropped when the file was loaded
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        self._map: mmap.mmap | None = None
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o644))  # exists from now on
+        self._mapping: FdlessMap | None = None
+        self._map: memoryview | None = None
         self.writable = False
+        self._dirty = False  # written since the last sync (sync opens the file only then)
+
+    @contextlib.contextmanager
+    def _opened(self):
+        """The index file, open for one operation (never created here)."""
+        fd = os.open(self.path, os.O_RDWR)
+        try:
+            yield fd
+        finally:
+            os.close(fd)
+
+    def _set_map(self, fd: int, length: int, *, writable: bool) -> None:
+        self._mapping = _map(fd, length, writable=writable)
+        self._map = self._mapping.view
+        self._released = False
+
+    _released = False  # a sealed index whose mapping the descriptor cache took back
+
+    def release(self) -> None:
+        """Unmap a sealed index (descriptor_cache.py); the next read maps it again."""
+        if not self.writable and self._mapping is not None:
+            self._unmap()
+            self._released = True
+
+    def _view(self) -> memoryview | None:
+        if self._released:
+            self._released = False
+            if self.entries:
+                with self._opened() as fd:
+                    self._set_map(fd, self.entries * self.ENTRY.size, writable=False)
+        return self._map
 
     # -- opening -----------------------------------------------------------------------------
 
@@ -68,15 +106,16 @@ class _MappedIndex:
         within the bounds are found by binary search, those beyond are dropped without setting
         ``damaged`` (they belong to a tail the caller validates).
         """
-        size = os.fstat(self._fd).st_size
-        if active:
-            self._activate(size)
-            declared = self._first_zero_entry(min(size // self.ENTRY.size, self.max_entries))
-        else:
-            declared = size // self.ENTRY.size
-            self.damaged = size % self.ENTRY.size != 0
-            if declared:
-                self._map = _map(self._fd, declared * self.ENTRY.size, mmap.PROT_READ)
+        with self._opened() as fd:
+            size = os.fstat(fd).st_size
+            if active:
+                self._activate(fd, size)
+                declared = self._first_zero_entry(min(size // self.ENTRY.size, self.max_entries))
+            else:
+                declared = size // self.ENTRY.size
+                self.damaged = size % self.ENTRY.size != 0
+                if declared:
+                    self._set_map(fd, declared * self.ENTRY.size, writable=False)
         if trusted:
             valid = self._bounded_prefix(declared, max_relative_offset, max_position)
         else:
@@ -87,13 +126,16 @@ class _MappedIndex:
             self._zero(valid, declared)
         return declared
 
-    def _activate(self, size: int) -> None:
+    def _activate(self, fd: int, size: int) -> None:
         capacity = self.max_entries * self.ENTRY.size
         if size < capacity:
-            os.posix_fallocate(self._fd, 0, capacity)
+            os.posix_fallocate(fd, 0, capacity)
+            self._dirty = True
         elif size > capacity:  # segment.index.bytes shrank since: drop what no longer fits
-            os.ftruncate(self._fd, capacity)
-        self._map = _map(self._fd, capacity, mmap.PROT_READ | mmap.PROT_WRITE) if capacity else None
+            os.ftruncate(fd, capacity)
+            self._dirty = True
+        if capacity:
+            self._set_map(fd, capacity, writable=True)
         self.writable = True
 
     def _first_zero_entry(self, limit: int) -> int:
@@ -137,11 +179,11 @@ class _MappedIndex:
     # -- reading -----------------------------------------------------------------------------
 
     def entry(self, n: int) -> tuple:
-        return self.ENTRY.unpack_from(self._map, n * self.ENTRY.size)
+        return self.ENTRY.unpack_from(self._view(), n * self.ENTRY.size)
 
     def _search(self, target: int, field: int) -> int:
         """Index of the largest entry whose ``field`` is <= target, or -1."""
-        unpack, m, size = self.ENTRY.unpack_from, self._map, self.ENTRY.size
+        unpack, m, size = self.ENTRY.unpack_from, self._view(), self.ENTRY.size
         lo, hi = 0, self.entries - 1
         while lo <= hi:
             mid = (lo + hi) // 2
@@ -166,6 +208,7 @@ class _MappedIndex:
             raise IndexFullError(f"{self.path} is full ({self.max_entries} entries)")
         self.ENTRY.pack_into(self._map, self.entries * self.ENTRY.size, *fields)
         self.entries += 1
+        self._dirty = True
 
     def _truncate_entries(self, keep: int) -> None:
         if keep < self.entries:
@@ -175,44 +218,53 @@ class _MappedIndex:
     def reset(self) -> None:
         """Drop every entry (the caller rebuilds from the log). A damaged file is zeroed whole,
         so no garbage survives past the rebuilt entries."""
-        if self.damaged and self._map is not None:
+        if self.damaged and self._view() is not None:
             self._map[:] = bytes(len(self._map))
             self.entries = 0
         self._truncate_entries(0)
         self.damaged = False
 
     def sync(self) -> None:
-        os.fdatasync(self._fd)
+        """fdatasync the file (the mapped writes and its size) if anything changed since the
+        last sync."""
+        if self._dirty:
+            with self._opened() as fd:
+                os.fdatasync(fd)
+            self._dirty = False
 
     def _zero(self, start: int, end: int) -> None:
         size = self.ENTRY.size
-        self._map[start * size : end * size] = bytes((end - start) * size)
+        self._view()[start * size : end * size] = bytes((end - start) * size)
+        self._dirty = True
 
     def activate(self) -> None:
         """Make a sealed index writable again (segment reopened for appends)."""
         if not self.writable:
             self._unmap()
-            self._activate(os.fstat(self._fd).st_size)
+            self._released = False
+            with self._opened() as fd:
+                self._activate(fd, os.fstat(fd).st_size)
 
     def seal(self) -> None:
         """Trim the file to its entries and map it read-only (Kafka's trimToValidSize)."""
         if self.writable:
             self._unmap()
-            os.ftruncate(self._fd, self.size_bytes)
-            self.writable = False
-            if self.entries:
-                self._map = _map(self._fd, self.size_bytes, mmap.PROT_READ)
+            with self._opened() as fd:
+                os.ftruncate(fd, self.size_bytes)
+                self._dirty = True
+                self.writable = False
+                if self.entries:
+                    self._set_map(fd, self.size_bytes, writable=False)
 
     def _unmap(self) -> None:
-        if self._map is not None:
-            self._map.close()
+        if self._mapping is not None:
             self._map = None
+            self._mapping.close()
+            self._mapping = None
 
     def close(self) -> None:
         self._unmap()
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        self._released = False
 
 
 class OffsetIndex(_MappedIndex):

@@ -48,11 +48,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 
 from klog.protocol import record_batch as rb
 
 from . import faults
 from .config import LogConfig
+from .descriptor_cache import CACHE
 from .errors import CorruptRecordError, StorageError
 from .index import OffsetIndex, TimeIndex
 from .layout import (
@@ -70,6 +72,7 @@ _READ_CHUNK = 8192
 _IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
 _HEAD = 16  # base offset, batch length, leader epoch: the bytes patched outside the CRC
 _ZERO_HEADER = bytes(rb.HEADER_BYTES)
+_REOPEN = threading.Lock()  # two threads reopening one evicted segment open it once
 
 
 class LogSegment:
@@ -100,13 +103,54 @@ class LogSegment:
         time_index_path = segment_path(directory, base_offset, TIME_INDEX_SUFFIX) + name_suffix
         self.index_missing = not os.path.exists(index_path)
         self.time_index_missing = not os.path.exists(time_index_path)
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._closed = False
         try:
             self.index = OffsetIndex(index_path, base_offset, config.segment_index_bytes)
             self.time_index = TimeIndex(time_index_path, base_offset, config.segment_index_bytes)
         except OSError:
-            os.close(self.fd)
+            os.close(self._fd)
             raise
+        # a sealed segment under its live names may be evicted (descriptor_cache.py)
+        self._evictable = not name_suffix
+        if self._evictable:
+            CACHE.add(self)
+
+    # -- the descriptor (closed when evicted, reopened on use) --------------------------------
+
+    @property
+    def fd(self) -> int:
+        """The ``.log``'s descriptor, reopened if the descriptor cache evicted it (-1 once
+        closed). Raises OSError when the reopen fails (EMFILE: the limit, named by the
+        StorageError the callers wrap it in)."""
+        fd = self._fd
+        if fd >= 0:
+            if self._evictable and not self.active:
+                CACHE.touch(self)
+            return fd
+        if self._closed:
+            return -1
+        with _REOPEN:
+            reopened = self._fd < 0 and not self._closed
+            if reopened:
+                self._fd = os.open(self.path, os.O_RDWR)
+            fd = self._fd
+        if reopened:  # outside the lock: adding may evict another segment, which takes it
+            CACHE.add(self)
+        return fd
+
+    def evict(self) -> None:
+        """Release the descriptor (closed after the cache's grace period) and the index
+        mappings of a sealed segment; the next use reopens them. Only the descriptor cache
+        calls this, on the thread that reads the indexes."""
+        if self.active or self._closed:
+            return
+        with _REOPEN:
+            fd, self._fd = self._fd, -1
+        if fd >= 0:
+            CACHE.retire_fd(fd)
+        self.index.release()
+        self.time_index.release()
 
     @classmethod
     def create(cls, directory: str, base_offset: int, config: LogConfig, *,
@@ -154,6 +198,7 @@ class LogSegment:
         """Preallocate to ``segment.bytes`` (or more) for appends. Raises OSError (ENOSPC)."""
         if self.active:
             return
+        CACHE.forget(self)  # the append path keeps its descriptor
         capacity = max(self.config.segment_bytes, self.size, min_capacity, _PAGE)
         os.posix_fallocate(self.fd, 0, capacity)
         self._capacity = capacity
@@ -176,6 +221,8 @@ class LogSegment:
         self.active = False
         os.ftruncate(self.fd, self.size)
         self.seal_indexes()
+        if self._evictable and not self.deleted:
+            CACHE.add(self)
 
     def seal_indexes(self) -> None:
         """Record the segment's max timestamp as the last time index entry (a sealed segment's
@@ -314,6 +361,7 @@ class LogSegment:
 
     def rename_for_deletion(self) -> None:
         """Rename the files to ``*.deleted``; the open fd stays valid for readers."""
+        self._pin()
         for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
             path = segment_path(self.directory, self.base_offset, suffix)
             if os.path.exists(path):
@@ -324,8 +372,15 @@ class LogSegment:
         """A cleaned segment now has this one's names (cleaning_swap.py): this one's files are
         reachable only through its open descriptors, and :meth:`remove_files` leaves the
         names alone."""
+        self._pin()
         self.deleted = True
         self._owns_files = False
+
+    def _pin(self) -> None:
+        """Its names are about to change: open it if evicted, and never evict it again."""
+        self._evictable = False
+        CACHE.forget(self)
+        _ = self.fd
 
     def remove_files(self) -> None:
         """Unlink the files: the ``*.deleted`` names once renamed (a live segment with the same
@@ -349,11 +404,14 @@ class LogSegment:
             with contextlib.suppress(OSError):  # keep closing; recovery trims the file
                 self.seal()
         self.active = False
+        CACHE.forget(self)
         self.index.close()
         self.time_index.close()
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        with _REOPEN:
+            self._closed = True
+            fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
 
     def __repr__(self) -> str:
         state = "active" if self.active else "sealed"

@@ -21,6 +21,7 @@ import sys
 from appliance.config import BrokerConfig
 from appliance.control.channel import ControlChannelError, Ready
 from appliance.control.client import ControlPlaneClient
+from appliance.descriptor_limits import configure_worker
 from appliance.exit_codes import BOOT_ERROR, DISK_FAILED, OK
 from appliance.segments.errors import StorageError
 from appliance.shm.appliance_region import ApplianceRegion
@@ -47,11 +48,13 @@ def worker_main(config: BrokerConfig, index: int, sock: list[socket.socket],
     except ControlChannelError as exc:
         log.error("worker %d: the supervisor went away during start-up: %s", index, exc)
         return BOOT_ERROR
+    configure_worker(config, serving=False)  # the bound on open sealed segments
     try:
         worker.open_logs()
     except (StorageError, OSError) as exc:
         log.error("worker %d: cannot open the logs on %s: %s", index, worker.log_dir, exc)
         return DISK_FAILED
+    configure_worker(config, serving=True)
     return asyncio.run(_serve(worker, sock, control, region))
 
 

@@ -29,6 +29,7 @@ from appliance.scram_credentials import (
     ScramCredentialFile,
     credentials_path,
 )
+from appliance.segments.descriptor_cache import CACHE as DESCRIPTORS
 from appliance.segments.errors import StorageError
 from appliance.segments.group_commit import GroupCommitter
 from appliance.segments.readable import ReadableLog
@@ -59,6 +60,7 @@ from klog.protocol.error_codes import ErrorCode
 log = logging.getLogger(__name__)
 
 FLUSH_CHECK_INTERVAL_S = 0.1
+UNOPENED_RETRY_S = 2.0  # partitions not opened for want of descriptors: the next try
 # Appends by other workers cannot wake our waiters directly; while fetches wait on their
 # partitions, the published high watermarks are polled this often (a few µs per partition).
 REMOTE_POLL_INTERVAL_S = 0.002
@@ -207,6 +209,8 @@ class Worker:
         info = self.control.topic(topic)
         if info is None or not info.has_partition(index):
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        if self.partitions.unopened_reason(topic, index) is not None:
+            return ErrorCode.KAFKA_STORAGE_ERROR  # ours, but out of descriptors: retriable
         return ErrorCode.NOT_LEADER_OR_FOLLOWER
 
     def note_fetched(self, topic: str, index: int, nbytes: int) -> None:
@@ -235,6 +239,8 @@ class Worker:
         partition = self.partitions.get(topic, index)
         if partition is not None:
             return partition
+        if self.partitions.unopened_reason(topic, index) is not None:
+            return None  # ours but not opened (out of descriptors): KAFKA_STORAGE_ERROR
         return self.remote.get(topic, index)
 
     # life cycle --------------------------------------------------------------------------
@@ -401,10 +407,23 @@ class Worker:
                 connection.close()
             self.guard.stats.idle_closed += len(idle)
 
+    def retry_unopened(self) -> None:
+        """Open again the partitions that found no descriptor (replicas.py), as if their
+        topics had just changed: the rest of a topic change is idempotent."""
+        for name in self.partitions.unopened_topics():
+            info = self.control.topic(name)
+            if info is not None:
+                self._on_topic_change(name, info)
+
     async def _flush_loop(self) -> None:
+        next_retry = 0.0
         while True:
             await asyncio.sleep(FLUSH_CHECK_INTERVAL_S)
             now_ms = self.now_ms()
+            DESCRIPTORS.close_due()  # evicted segments' descriptors whose grace is over
+            if self.partitions.unopened and time.monotonic() >= next_retry:
+                next_retry = time.monotonic() + UNOPENED_RETRY_S
+                self.retry_unopened()
             self.partitions.remove_retired(now_ms=now_ms)  # logs moved away, delay over
             for partition in self.partitions:
                 try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from appliance.descriptor_limits import room_for
 from appliance.workers import access
 from appliance.workers.handler_context import HandlerContext
 from klog.protocol.apis import create_topics
@@ -18,6 +19,13 @@ def _create(worker, topic, validate_only):
         if entry.value is None:
             return ErrorCode.INVALID_CONFIG, f"config {entry.name!r} has a null value"
         configs[entry.name] = entry.value
+    if topic.num_partitions > 0 and not validate_only:
+        # this worker's share of the new logs must find descriptors (issue 26), checked
+        # before anything is decided so that a refusal changes nothing
+        workers = max(len(worker.config.log_dirs), 1)
+        short = room_for(-(-topic.num_partitions // workers))
+        if short is not None:
+            return ErrorCode.KAFKA_STORAGE_ERROR, short
     result = worker.control.create_topic(
         topic.name, topic.num_partitions, topic.replication_factor, configs,
         validate_only=validate_only)

@@ -72,7 +72,8 @@ def _append_one(worker, topic, partition_data, body, version, now_ms, checks: Ch
         return _partition_response(index, ErrorCode.INVALID_TOPIC_EXCEPTION,
                                    message=f"{topic} is internal: clients cannot append"), None
     if not worker.leads(topic, index):
-        return _partition_response(index, worker.absent_partition_error(topic, index)), None
+        return _partition_response(index, worker.absent_partition_error(topic, index),
+                                   message=worker.partitions.unopened_reason(topic, index)), None
     outcome = worker.partitions.get(topic, index).append_as_leader(
         records, now_ms=now_ms, required_acks=body.acks, timeout_ms=body.timeout_ms,
         guard=checks.guard((topic, index)) if checks.guards else checks.default)

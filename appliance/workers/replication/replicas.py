@@ -4,6 +4,12 @@ The worker is the single writer of every partition listed here, so nothing in th
 locks. It opens the partitions the controller places on this worker (recovering their logs,
 claiming their shm slots), closes or deletes them with their topic, and deletes the replicas
 a reassignment moved away as Kafka does: asynchronously (see `delete_moved`).
+
+A partition whose log cannot be opened because the worker is out of descriptors (EMFILE,
+issue 26) is not held but remembered in `unopened` with the reason: requests for it answer
+KAFKA_STORAGE_ERROR naming the limit (retriable), the worker retries the opening now and then
+(`unopened_topics`), and every other partition keeps being served. Any other storage error
+while opening stays fatal as before.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import uuid
 from collections.abc import Callable, Iterator
 
 from appliance.control.topics import TopicInfo, topic_log_config
+from appliance.segments import descriptor_limit
 from appliance.segments.config import LogConfig
 from appliance.segments.errors import StorageError
 from appliance.segments.layout import fsync_directory, partition_dir
@@ -24,6 +31,9 @@ from appliance.workers.replication.partition import Partition
 
 log = logging.getLogger(__name__)
 
+# descriptors left free for connections when opening partitions (issue 26)
+RESERVED_DESCRIPTORS = 64
+LOGGED_REFUSALS = 5  # "not opened" lines per topic; the rest are counted in one line
 DELETE_SUFFIX = "-delete"  # Kafka's: a log directory set aside, to be removed
 
 
@@ -38,6 +48,7 @@ class LocalReplicas:
         self._ask_isr = ask_isr
         self._held: dict[tuple[str, int], Partition] = {}
         self._retired: list[tuple[int, PartitionLog]] = []  # (remove at ms, log): moved away
+        self.unopened: dict[tuple[str, int], str] = {}  # owned, out of descriptors: why
 
     def __len__(self) -> int:
         return len(self._held)
@@ -49,20 +60,63 @@ class LocalReplicas:
         return self._held.get((topic, index))
 
     def open_topic(self, info: TopicInfo, *, now_ms: int) -> None:
-        """Open (or create) the logs of the topic's partitions that this worker holds."""
+        """Open (or create) the logs of the topic's partitions that this worker holds; those
+        that would leave fewer than RESERVED_DESCRIPTORS free (or hit EMFILE) stay unopened."""
         config = topic_log_config(self.defaults, info.configs)
         publisher = self.context.publisher
+        room = descriptor_limit.room()  # one listing per topic; each log takes one more
+        refused = 0
         for index, owner in enumerate(info.owners):
-            held = self._held.get((info.name, index))
+            key = (info.name, index)
+            held = self._held.get(key)
             if held is not None and held.log.config != config:
                 held.log.reconfigure(config)  # its configs changed (AlterConfigs)
             if owner != self.context.worker_index or held is not None:
                 continue
+            if room - 1 < RESERVED_DESCRIPTORS:
+                refused += self._not_opened(key, f"{RESERVED_DESCRIPTORS} descriptors kept "
+                                                 f"for connections: {descriptor_limit.note()}",
+                                            refused)
+                continue
             directory = partition_dir(self.log_dir, info.name, index)
-            plog = PartitionLog.open(directory, config, now_ms=now_ms,
-                                     attach=publisher.attach_point(info.name, index))
-            self._held[(info.name, index)] = Partition(info.name, index, plog, self.context,
-                                                       ask_isr=self._ask_isr)
+            try:
+                plog = PartitionLog.open(directory, config, now_ms=now_ms,
+                                         attach=publisher.attach_point(info.name, index))
+            except StorageError as exc:
+                if not exc.out_of_descriptors:
+                    raise
+                refused += self._not_opened(key, str(exc), refused)
+                continue
+            try:
+                self._held[key] = Partition(info.name, index, plog, self.context,
+                                            ask_isr=self._ask_isr)
+            except StorageError as exc:
+                plog.segments.close_all()
+                if not exc.out_of_descriptors:
+                    raise
+                refused += self._not_opened(key, str(exc), refused)
+                continue
+            room -= 1
+            if self.unopened.pop(key, None) is not None:
+                log.info("%s-%d opened after all", *key)
+        if refused > LOGGED_REFUSALS:
+            log.error("%s: %d more partition(s) not opened for want of descriptors",
+                      info.name, refused - LOGGED_REFUSALS)
+
+    def _not_opened(self, key: tuple[str, int], reason: str, logged: int) -> int:
+        """Remember why; log the first few of a topic (a line each, no traceback)."""
+        if key not in self.unopened and logged < LOGGED_REFUSALS:
+            log.error("%s-%d not opened: %s", *key, reason)
+        new = key not in self.unopened
+        self.unopened[key] = reason
+        return 1 if new else 0
+
+    def unopened_topics(self) -> list[str]:
+        """Topics with partitions this worker owns but could not open (to retry)."""
+        return sorted({name for name, _ in self.unopened})
+
+    def unopened_reason(self, topic: str, index: int) -> str | None:
+        return self.unopened.get((topic, index))
 
     def reconfigure(self, topics: list[TopicInfo]) -> None:
         """The broker's log defaults changed: every held log takes its effective config."""
@@ -77,6 +131,8 @@ class LocalReplicas:
                     partition.log.reconfigure(config)
 
     def close_topic(self, name: str, *, delete: bool) -> None:
+        for key in [k for k in self.unopened if k[0] == name]:
+            del self.unopened[key]
         for key in [k for k in self._held if k[0] == name]:
             self._held.pop(key).close(delete=delete)
 
