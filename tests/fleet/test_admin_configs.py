@@ -174,9 +174,11 @@ def test_the_fleet_store_spreads_other_entity_types(fleet, ensemble, zk):
         writer.alter("users", "bob", {"producer_byte_rate": "1024"})
         writer.alter("users/bob/clients", "app 1", {"consumer_byte_rate": "2048"})
         writer.alter("clients", "<default>", {"request_percentage": "50"})
+        # the three notifications are followed in order: wait for the last one too
         wait_until(lambda: follower.entities().get("users", {}).get("bob") == {
             "producer_byte_rate": "1024"} and follower.entities().get(
-            "users/bob/clients", {}).get("app 1") == {"consumer_byte_rate": "2048"}, 30,
+            "users/bob/clients", {}).get("app 1") == {"consumer_byte_rate": "2048"}
+            and "<default>" in follower.entities().get("clients", {}), 30,
             "the other store to follow the change notification")
         assert follower.entities()["clients"] == {"<default>": {"request_percentage": "50"}}
         config = orjson.loads(zk.get("/config/users/bob")[0])["config"]
