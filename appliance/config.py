@@ -93,6 +93,11 @@ class BrokerConfig:
     worker_heartbeat_timeout_ms: int = 30_000
     # replication: a follower that has not caught up for this long leaves the ISR
     replica_lag_time_max_ms: int = 30_000
+    # a follower's fetches (workers/replication/fetch_settings.py): Kafka's keys and defaults
+    replica_fetch_max_bytes: int = 1024 * 1024
+    replica_fetch_response_max_bytes: int = 10 * 1024 * 1024
+    replica_fetch_wait_max_ms: int = 500
+    replica_fetch_min_bytes: int = 1
     # leadership (cluster/leadership.py): on SIGTERM, leadership moves away first, waiting at
     # most max.retries x retry.backoff.ms; the controller moves it back to preferred replicas
     controlled_shutdown_enable: bool = True
@@ -422,6 +427,10 @@ KEYS: dict[str, tuple[str, object]] = {
     "file.delete.delay.ms": ("log.file_delete_delay_ms", _int(0)),
     "min.insync.replicas": ("log.min_insync_replicas", _int(1)),
     "replica.lag.time.max.ms": ("replica_lag_time_max_ms", _int(1)),
+    "replica.fetch.max.bytes": ("replica_fetch_max_bytes", _int(0)),
+    "replica.fetch.response.max.bytes": ("replica_fetch_response_max_bytes", _int(0)),
+    "replica.fetch.wait.max.ms": ("replica_fetch_wait_max_ms", _int(0)),
+    "replica.fetch.min.bytes": ("replica_fetch_min_bytes", _int(1)),
     "unclean.leader.election.enable": ("log.unclean_leader_election_enable", _bool),
     "log.cleanup.policy": ("log.cleanup_policy", _cleanup_policy),
     "log.cleaner.min.cleanable.ratio": ("log.min_cleanable_dirty_ratio", _ratio),

@@ -31,6 +31,7 @@ import os
 import resource
 import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -46,10 +47,15 @@ from kazoo.client import KazooClient  # noqa: E402
 
 from appliance.config import load_config  # noqa: E402
 from appliance.shm.appliance_region import ApplianceRegion  # noqa: E402
+from appliance.workers.replication.fetch_settings import PIPELINE_ENV  # noqa: E402
 from tests.conftest import Appliance  # noqa: E402
 from tests.fleet.zookeeper import Ensemble  # noqa: E402
 
 SESSION_MS = 6000
+# Catch-up rounds alternate "before" (the follower's fetcher as it was: one fetch in flight,
+# the pipelining off by its environment switch) and "after" (the fetcher as it is, with
+# these settings over the defaults, none unless --after names some).
+AFTER = ""
 CHROOT = "/klog-bench-repl"
 
 
@@ -157,14 +163,28 @@ def cpu_s(appliance: Appliance) -> float:
     return total
 
 
-def catch_up(fleet: list[Appliance], zk, bootstrap: str, megabytes: int) -> dict:
-    """Bytes/s copied by a restarted follower and of the raw sendfile loop, the bytes, and
-    the CPU seconds per 100 MB of each side."""
+def restart_with(appliance: Appliance, settings: dict[str, str],
+                 env: dict[str, str] | None = None) -> None:
+    """Start `appliance` again with `settings` over its own (a variant's replica fetch keys;
+    an empty value removes the key) and `env` in its environment."""
+    for key, value in settings.items():
+        if value:
+            appliance.settings[key] = value
+        else:
+            appliance.settings.pop(key, None)
+    appliance.config.write_text("".join(f"{k}={v}\n" for k, v in appliance.settings.items()))
+    appliance.start(timeout_s=60, env=env)
+
+
+def catch_up(fleet: list[Appliance], zk, bootstrap: str, megabytes: int, topic: str = "catchup",
+             variant: tuple[dict, dict] = ({}, {}), profile: str = "") -> dict:
+    """Bytes/s copied by a restarted follower (started with `variant` over its settings) and
+    of the raw sendfile loop, the bytes, and the CPU seconds per 100 MB of each side."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic("catchup", 1, 3, config={"min.insync.replicas": "1"})]
-                        )["catchup"].result(30)
-    wait_led(bootstrap, "catchup", 1)
-    data, _ = zk.get("/brokers/topics/catchup/partitions/0/state")
+    admin.create_topics([NewTopic(topic, 1, 3, config={"min.insync.replicas": "1"})]
+                        )[topic].result(30)
+    wait_led(bootstrap, topic, 1)
+    data, _ = zk.get(f"/brokers/topics/{topic}/partitions/0/state")
     leader_node = orjson.loads(data)["leader"]
     leader = fleet[leader_node // 100 - 1]
     follower = next(a for a in fleet if a is not leader)
@@ -175,18 +195,23 @@ def catch_up(fleet: list[Appliance], zk, bootstrap: str, megabytes: int) -> dict
     for _ in range(megabytes * 1000):
         while True:
             try:
-                p.produce("catchup", value, partition=0)
+                p.produce(topic, value, partition=0)
                 break
             except BufferError:
                 p.poll(0.01)
     assert p.flush(300) == 0
-    target = replica_view(leader, "catchup", 0)
+    target = replica_view(leader, topic, 0)
     start_end = None
-    follower.start(timeout_s=60)
+    restart_with(follower, *variant)
     cpu_before = cpu_s(follower), cpu_s(leader)
+    spy = str(Path(sys.executable).parent / "py-spy")
+    spies = [subprocess.Popen([spy, "record", "-o", f"{profile}-{name}.txt", "-f", "raw",
+                               "-r", "200", "-p", str(pid)], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+             for name, pid in follower.pids().items() if profile and pid > 0]
     first_at = None
     while True:
-        view = replica_view(follower, "catchup", 0)
+        view = replica_view(follower, topic, 0)
         now = time.perf_counter()
         if view is not None and view.log_end_offset >= 0:
             if start_end is None:
@@ -201,7 +226,10 @@ def catch_up(fleet: list[Appliance], zk, bootstrap: str, megabytes: int) -> dict
     hundreds = target.size_bytes / 100e6
     follower_cpu = (cpu_s(follower) - cpu_before[0]) / hundreds
     leader_cpu = (cpu_s(leader) - cpu_before[1]) / hundreds
-    raw, raw_cpu = raw_sendfile_rate(leader, "catchup", 0)
+    for spy in spies:
+        spy.send_signal(signal.SIGINT)
+        spy.wait(30)
+    raw, raw_cpu = raw_sendfile_rate(leader, topic, 0)
     return {"rate": copied / took if took > 0 else float("inf"), "raw": raw,
             "bytes": target.size_bytes, "follower_cpu": follower_cpu, "leader_cpu": leader_cpu,
             "raw_cpu": raw_cpu / hundreds}
@@ -249,7 +277,17 @@ def raw_sendfile_rate(appliance: Appliance, topic: str, partition: int) -> tuple
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--only", default="acks,catchup,failover",
+                        help="comma-separated sections: acks, catchup, failover")
+    parser.add_argument("--catchup-mb", type=int, default=0)
+    parser.add_argument("--variants", type=int, default=2)
+    parser.add_argument("--after", default=AFTER, help="the follower's settings of 'after'")
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="catch-up rounds, each before and after (alternating order)")
+    parser.add_argument("--profile", default="",
+                        help="py-spy output path: the follower's workers during catch-up")
     args = parser.parse_args()
+    sections = set(args.only.split(","))
     count = 20_000 if args.quick else 200_000
     samples = 200 if args.quick else 2000
     kills = 1 if args.quick else 20
@@ -266,21 +304,36 @@ def main() -> None:
             wait_led(fleet[0].bootstrap, "rf1", 6)
             wait_led(fleet[0].bootstrap, "rf3", 6)
             bootstrap = ",".join(a.bootstrap for a in fleet)
-            for topic in ("rf1", "rf3"):
+            for topic in ("rf1", "rf3") if "acks" in sections else ():
                 rate = throughput(bootstrap, topic, count)
                 p50, p99 = latencies_ms(bootstrap, topic, samples)
                 print(f"acks=all {topic}: {rate:,.0f} msg/s ({count} x 200 B); "
                       f"latency p50 {p50:.2f} ms, p99 {p99:.2f} ms ({samples} one at a time)")
             zk = KazooClient(hosts=f"{ensemble.connect}{CHROOT}")
             zk.start(timeout=10)
-            c = catch_up(fleet, zk, bootstrap, 64 if args.quick else 512)
-            print(f"follower catch-up: {c['rate'] / 1e6:,.0f} MB/s over {c['bytes'] / 1e6:,.0f} "
-                  f"MB; raw sendfile of the same segment files into a file: "
-                  f"{c['raw'] / 1e6:,.0f} MB/s (ratio {c['rate'] / c['raw']:.2f}); CPU s per "
-                  f"100 MB: follower {c['follower_cpu']:.2f}, leader {c['leader_cpu']:.2f}, "
-                  f"raw loop (both ends) {c['raw_cpu']:.2f}")
+            mb = args.catchup_mb or (64 if args.quick else 512)
+            after = dict(kv.split("=", 1) for kv in args.after.split(",") if kv)
+            variants = {"before": ({k: "" for k in after}, {PIPELINE_ENV: "0"}),
+                        "after": (after, {})}
+            rounds = args.rounds if "catchup" in sections else 0
+            for i in range(rounds):  # alternate: the machine's load swings
+                order = ("before", "after") if i % 2 == 0 else ("after", "before")
+                for name in order[:args.variants]:
+                    c = catch_up(fleet, zk, bootstrap, mb, f"catchup-{name}-{i}",
+                                 variants[name], f"{args.profile}-{name}-{i}"
+                                 if args.profile else "")
+                    print(f"follower catch-up ({name}, round {i + 1}): {c['rate'] / 1e6:,.0f} "
+                          f"MB/s over {c['bytes'] / 1e6:,.0f} MB; raw sendfile of the same "
+                          f"segment files into a file: {c['raw'] / 1e6:,.0f} MB/s (ratio "
+                          f"{c['rate'] / c['raw']:.2f}); CPU s per 100 MB: follower "
+                          f"{c['follower_cpu']:.2f}, leader {c['leader_cpu']:.2f}, raw loop "
+                          f"(both ends) {c['raw_cpu']:.2f}", flush=True)
+            if "failover" not in sections:
+                kills = 0
             runs = [failover_s(fleet, zk, "rf3") for _ in range(kills)]
             zk.stop()
+            if not runs:
+                return
             times = [took for took, _ in runs]
             after = [took - elected for took, elected in runs]
             print(f"kill -9 of partition 0's leader -> next ack: median "

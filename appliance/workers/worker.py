@@ -49,6 +49,7 @@ from appliance.workers.handlers.api_versions import advertised_versions
 from appliance.workers.log_cleaner import LogCleaner
 from appliance.workers.replication.context import ReplicaContext
 from appliance.workers.replication.dialing import LinkSecurity, link_security
+from appliance.workers.replication.fetch_settings import ReplicaFetchSettings, pipelining_enabled
 from appliance.workers.replication.manager import ReplicaManager
 from appliance.workers.replication.waiters import AppendWaiters
 from appliance.workers.shared_state import Publisher, RemoteLogs
@@ -91,7 +92,12 @@ class Worker:
             control=control, publisher=Publisher(region, index), waiters=self.waiters,
             committer=self.committer, replica_lag_time_max_ms=config.replica_lag_time_max_ms,
             statistics=self.statistics, clock=clock,
-            link_security=self._link_security()), config.log_defaults)
+            link_security=self._link_security(), fetch=ReplicaFetchSettings(
+                max_bytes=config.replica_fetch_max_bytes,
+                response_max_bytes=config.replica_fetch_response_max_bytes,
+                wait_max_ms=config.replica_fetch_wait_max_ms,
+                min_bytes=config.replica_fetch_min_bytes, pipeline=pipelining_enabled())),
+            config.log_defaults)
         self.partitions = self.replication.replicas
         self.groups = GroupCoordinator(self)
         # compacted topics: cleans this worker's partitions in a thread pool of its own

@@ -9,6 +9,7 @@ import asyncio
 from types import SimpleNamespace
 
 from appliance.segments import LogConfig, PartitionLog
+from appliance.segments.errors import StorageError
 from appliance.workers.replication import fetcher as replica_fetcher
 from appliance.workers.replication.context import ReplicaContext
 from appliance.workers.replication.dialing import LinkSecurity
@@ -31,11 +32,15 @@ class Leader:
     `hold_alone`: a Fetch of COPIED alone, after its first, is held (never answered), as a
     long poll waiting for appends."""
 
-    def __init__(self, hold_alone: bool = False):
+    def __init__(self, hold_alone: bool = False, high_watermark: int = 0):
         self.hold_alone = hold_alone
+        self.high_watermark = high_watermark  # what each answer states
         self.asked: list[set] = []  # the partitions of each Fetch
+        self.offsets: list[int] = []  # COPIED's fetch offset in each Fetch
+        self.connections = 0
 
     async def serve(self, reader, writer):
+        self.connections += 1
         server = ServerConnection()
         while data := await reader.read(65536):
             server.receive_data(data)
@@ -56,6 +61,8 @@ class Leader:
             for topic, p in parts])
 
     def partition(self, topic, asked):
+        if (topic, asked.partition) == COPIED:
+            self.offsets.append(asked.fetch_offset)
         refused = (topic, asked.partition) == REFUSED and not self.hold_alone
         batch = build_batch([(1000, None, b"v", [])])
         if not refused:  # a batch at the follower's log end, stamped with the leader's epoch
@@ -65,7 +72,7 @@ class Leader:
         return fetch.PartitionData(
             partition_index=asked.partition, error_code=int(
                 ErrorCode.NOT_LEADER_OR_FOLLOWER if refused else ErrorCode.NONE),
-            high_watermark=0, last_stable_offset=0, log_start_offset=0,
+            high_watermark=self.high_watermark, last_stable_offset=0, log_start_offset=0,
             aborted_transactions=None, preferred_read_replica=-1,
             records=b"" if refused else bytes(batch))
 
@@ -186,3 +193,55 @@ def test_stop_ends_the_loop_even_if_its_cancellation_is_lost(tmp_path):
                 plog.close()
         return bool(done)
     assert asyncio.run(run()), "the fetcher's loop went on after stop()"
+
+
+def copy_with_a_failed_append(tmp_path, high_watermark: int):
+    """COPIED followed from a leader whose answers state `high_watermark`; its fourth append
+    fails once (a storage error). The leader's record: (connections, fetch offsets)."""
+
+    async def run():
+        leader = Leader(high_watermark=high_watermark)
+        server = await asyncio.start_server(leader.serve, "127.0.0.1", 0)
+        replication = Followers(tmp_path, server.sockets[0].getsockname()[1])
+        partition = replication.partitions[COPIED]
+        append, failed = partition.append_as_follower, []
+
+        def failing_once(records, **kwargs):
+            if partition.log.log_end_offset == 3 and not failed:
+                failed.append(True)
+                raise StorageError("disk full", path="x.log", errno=28, operation="append")
+            return append(records, **kwargs)
+
+        partition.append_as_follower = failing_once
+        fetcher = ReplicaFetcher(replication, LEADER)
+        fetcher.add(COPIED, EPOCH)
+        try:
+            while replication.logs[COPIED].log_end_offset < 8:
+                await asyncio.sleep(0.01)
+        finally:
+            fetcher.stop()
+            server.close()
+            for plog in replication.logs.values():
+                plog.close()
+        return leader.connections, leader.offsets
+
+    return asyncio.run(run())
+
+
+def test_a_catching_up_follower_fetches_ahead_and_a_failed_append_drops_that_fetch(tmp_path):
+    """Below the leader's high watermark the next Fetch leaves before the append (pipelined):
+    when that append fails, the answer in flight is dropped with its connection, and the
+    copy goes on from the log's real end, with nothing skipped."""
+    connections, offsets = copy_with_a_failed_append(tmp_path, high_watermark=10**9)
+    assert connections == 2  # the pipelined fetch's connection was dropped
+    assert offsets[:5] == [0, 1, 2, 3, 4]  # 4: asked ahead while the append of 3 failed
+    resumed = offsets[5:]
+    assert resumed[0] == 3 and resumed == list(range(3, 3 + len(resumed)))
+
+
+def test_a_follower_at_the_high_watermark_is_never_fetched_ahead(tmp_path):
+    """An answer reaching the leader's high watermark (an in-sync follower's) is appended
+    before the next Fetch names the new log end: acks=all counts only copies that are there."""
+    connections, offsets = copy_with_a_failed_append(tmp_path, high_watermark=0)
+    assert connections == 1
+    assert offsets[:5] == [0, 1, 2, 3, 3]

@@ -16,6 +16,7 @@ from typing import Protocol
 from appliance.control.interface import ControlPlane
 from appliance.segments.group_commit import GroupCommitter
 from appliance.workers.replication.dialing import LinkSecurity
+from appliance.workers.replication.fetch_settings import ReplicaFetchSettings
 from appliance.workers.replication.waiters import AppendWaiters
 from appliance.workers.shared_state import Publisher
 
@@ -44,6 +45,7 @@ class ReplicaContext:
     # how followers dial leaders: the inter-broker listener, client id, TLS, SASL
     link_security: LinkSecurity = field(default_factory=LinkSecurity)
     clock: Callable[[], float] = time.time
+    fetch: ReplicaFetchSettings = field(default_factory=ReplicaFetchSettings)  # replica.fetch.*
 
     def now_ms(self) -> int:
         return int(self.clock() * 1000)

@@ -26,6 +26,18 @@ The partitions to truncate are asked about in one OffsetForLeaderEpoch request, 
 partition ready is fetched in one Fetch: a leader change of many partitions costs one round
 trip of each, not one per partition.
 
+Pipelining a catch-up: a fetch is a round trip, and one partition catching up moves at most
+`replica.fetch.max.bytes` per trip, so with one fetch in flight the leader idles while the
+follower appends and the follower idles while the leader reads and sends. While every
+partition's answer ends below the leader's high watermark, the next Fetch (from the end of
+the batches in hand) is sent before they are appended, so the leader works on it meanwhile.
+Its fetch offset names our log end a moment early, which is harmless below the high
+watermark: it moves neither the high watermark nor the ISR (a replica joins at the high
+watermark, and one in the ISR never lies below it), so acks=all still counts only copies that
+are there; a follower in sync is never pipelined. If an append then fails or the log moved
+(a truncation, a new epoch), the answer in flight is dropped with the connection, which is
+opened again at once (`_landed`). The settings are `fetch_settings.py`'s, Kafka's keys.
+
 Errors: a lost connection or a decode error close the connection and retry after RETRY_S. A
 partition the leader refuses (usually a leader that does not lead yet: its supervisor has
 not heard of the controller's decision, which reaches every appliance at about the same
@@ -44,11 +56,12 @@ from typing import TYPE_CHECKING, Protocol
 
 from appliance.segments.errors import CorruptRecordError, StorageError
 from appliance.workers.replication.dialing import LinkSecurity
+from appliance.workers.replication.fetch_settings import ReplicaFetchSettings
 from appliance.workers.replication.link import ReplicaLink
 from klog.protocol.apis import fetch, offset_for_leader_epoch
 from klog.protocol.error_codes import ErrorCode
 from klog.protocol.exceptions import ProtocolError
-from klog.protocol.record_batch import CorruptBatchError
+from klog.protocol.record_batch import CorruptBatchError, scan_batches
 
 if TYPE_CHECKING:
     from appliance.workers.replication.partition import Partition
@@ -58,8 +71,7 @@ log = logging.getLogger(__name__)
 
 FETCH_VERSION = 11
 EPOCH_VERSION = 3
-MAX_WAIT_MS = 500
-PARTITION_MAX_BYTES = 1024 * 1024
+DEFAULTS = ReplicaFetchSettings()  # for a `Followers` that states none
 RETRY_S = 0.3  # the longest pause after a refusal or a lost connection
 RETRY_MIN_S = 0.02  # the first pause after a refusal
 
@@ -91,6 +103,7 @@ class Followers(Protocol):
     node_id: int
     throttle: FollowerThrottle  # a reassignment's (throttle.py)
     link_security: LinkSecurity  # the inter-broker listener's TLS, SASL and client id
+    fetch_settings: ReplicaFetchSettings  # replica.fetch.* (fetch_settings.py)
 
     def now_ms(self) -> int: ...
 
@@ -118,7 +131,7 @@ class ReplicaFetcher:
 
     def add(self, key, leader_epoch: int) -> None:
         """Follow `key` from this leader in `leader_epoch`. A Fetch waiting at the leader
-        without it (up to MAX_WAIT_MS) is dropped with its connection, so that the new
+        without it (up to replica.fetch.wait.max.ms) is dropped with its connection, so that the new
         partition is truncated and fetched now: a leader just elected holds its high
         watermark, and every acks=all write, until each follower in its ISR has fetched."""
         self.partitions[key] = Followed(leader_epoch)
@@ -264,40 +277,112 @@ class ReplicaFetcher:
     # fetching ----------------------------------------------------------------------------
 
     async def _fetch(self, link, wanted) -> None:
-        """One Fetch for every partition ready."""
-        by_topic: dict[str, list] = {}
+        """One Fetch for every partition ready, and while each answer lies wholly below the
+        leader's high watermark, the next Fetch sent before this one's batches are appended
+        (module docstring: pipelining a catch-up)."""
+        settings = getattr(self.followers, "fetch_settings", DEFAULTS)
         throttle = self.followers.throttle  # a reassignment's (throttle.py)
-        limits, throttled = throttle.limits([key for key, _ in wanted], PARTITION_MAX_BYTES)
-        for (topic, index), followed in wanted:
-            leader_epoch = followed.leader_epoch
-            partition = self.followers.following((topic, index), self.leader, leader_epoch)
+        limits, throttled = throttle.limits([key for key, _ in wanted], settings.max_bytes)
+        offsets = {}
+        for key, followed in wanted:
+            partition = self.followers.following(key, self.leader, followed.leader_epoch)
             if partition is None:
-                self.partitions.pop((topic, index), None)
+                self.partitions.pop(key, None)
                 continue
-            if limits[(topic, index)] <= 0:
+            if limits[key] <= 0:
                 continue  # throttled, and its bucket is empty: not in this fetch
-            plog = partition.log
-            by_topic.setdefault(topic, []).append(fetch.FetchPartition(
-                partition=index, current_leader_epoch=leader_epoch,
-                fetch_offset=plog.log_end_offset, log_start_offset=plog.log_start_offset,
-                partition_max_bytes=limits[(topic, index)]))
-        if not by_topic:
+            offsets[key] = (partition.log.log_end_offset, partition.log.log_start_offset)
+        if not offsets:
             if throttled:
                 await asyncio.sleep(throttle.delay_s())
             return
-        request = fetch.Request(
-            replica_id=self.followers.node_id, max_wait_ms=MAX_WAIT_MS, min_bytes=1,
-            max_bytes=16 * PARTITION_MAX_BYTES, isolation_level=0, session_id=0,
-            session_epoch=-1, topics=[fetch.FetchTopic(topic=t, partitions=p)
-                                      for t, p in by_topic.items()],
-            forgotten_topics_data=[], rack_id="")
+        asked = dict(wanted)
         self._polling = link
         try:
-            response = await link.ask(fetch.SPEC.key, FETCH_VERSION, request,
-                                      timeout_s=MAX_WAIT_MS / 1000 + 30)
+            link.send(fetch.SPEC.key, FETCH_VERSION, self._request(asked, offsets, limits,
+                                                                   settings))
+            timeout_s = settings.wait_max_ms / 1000 + 30
+            while True:
+                response = await link.receive(timeout_s=timeout_s)
+                ahead = None if throttled or not settings.pipeline else \
+                    self._ahead(response, asked)
+                if ahead is not None:  # the next Fetch travels while this one is appended
+                    link.send(fetch.SPEC.key, FETCH_VERSION, self._request(
+                        asked, ahead, limits, settings))
+                self._take_all(response, asked, throttled, throttle)
+                if ahead is None:
+                    return
+                if not self._landed(asked, ahead):
+                    # an append failed, or the partition moved meanwhile: the answer in
+                    # flight is not for this log; drop it with the connection, at once
+                    self._interrupted = True
+                    link.abort()
+                    raise ConnectionError("a pipelined fetch no longer fits the log")
         finally:
             self._polling = None
-        asked = dict(wanted)
+
+    def _request(self, asked, offsets, limits, settings) -> fetch.Request:
+        by_topic: dict[str, list] = {}
+        for (topic, index), (fetch_offset, log_start) in offsets.items():
+            by_topic.setdefault(topic, []).append(fetch.FetchPartition(
+                partition=index, current_leader_epoch=asked[(topic, index)].leader_epoch,
+                fetch_offset=fetch_offset, log_start_offset=log_start,
+                partition_max_bytes=limits[(topic, index)]))
+        return fetch.Request(
+            replica_id=self.followers.node_id, max_wait_ms=settings.wait_max_ms,
+            min_bytes=settings.min_bytes, max_bytes=settings.response_max_bytes,
+            isolation_level=0, session_id=0, session_epoch=-1,
+            topics=[fetch.FetchTopic(topic=t, partitions=p) for t, p in by_topic.items()],
+            forgotten_topics_data=[], rack_id="")
+
+    def _ahead(self, response, asked) -> dict | None:
+        """The offsets to fetch next, before this answer is appended, or None to wait for
+        the appends. Only when every partition asked came back without an error, each with
+        nothing or with batches that end below the leader's high watermark (and some with
+        batches): a fetch offset names the follower's log end to the
+        leader, and one below the high watermark moves neither the high watermark nor the
+        ISR (a replica joins at the high watermark; one in the ISR is never below it), so
+        claiming it a moment before the append lands cannot count as a copy that is not
+        there. A follower in sync is therefore never pipelined: acks=all keeps its meaning."""
+        ahead = {}
+        moving = False
+        for topic in response.responses:
+            for part in topic.partitions:
+                key = (topic.topic, part.partition_index)
+                if key not in asked or part.error_code != ErrorCode.NONE:
+                    return None
+                partition = self.followers.following(key, self.leader,
+                                                     asked[key].leader_epoch)
+                if partition is None:
+                    return None
+                if not part.records:  # nothing came: asked again where its log ends now
+                    ahead[key] = (partition.log.log_end_offset, partition.log.log_start_offset)
+                    continue
+                moving = True
+                end = None
+                try:
+                    for _position, header in scan_batches(part.records, verify_crc=False):
+                        if end is None and header.base_offset != partition.log.log_end_offset:
+                            return None
+                        end = header.next_offset
+                except CorruptBatchError:
+                    return None
+                if end is None or end >= part.high_watermark:
+                    return None
+                ahead[key] = (end, max(partition.log.log_start_offset, part.log_start_offset))
+        return ahead if moving and len(ahead) == len(asked) else None
+
+    def _landed(self, asked, ahead) -> bool:
+        """Each partition's log ends where its pipelined fetch said it would."""
+        for key, (end, _) in ahead.items():
+            followed = self.partitions.get(key)
+            partition = self.followers.following(key, self.leader, asked[key].leader_epoch)
+            if followed is not asked[key] or followed.truncate or partition is None or \
+                    partition.log.log_end_offset != end:
+                return False
+        return True
+
+    def _take_all(self, response, asked, throttled, throttle) -> None:
         for topic in response.responses:
             for part in topic.partitions:
                 key = (topic.topic, part.partition_index)

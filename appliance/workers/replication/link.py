@@ -86,7 +86,8 @@ class _Frames(asyncio.BufferedProtocol):
 
 
 class ReplicaLink:
-    """Open with `ReplicaLink.open`; `ask` one request at a time (nothing is pipelined)."""
+    """Open with `ReplicaLink.open`; `ask` one request at a time, or `send` a second before
+    the first one's response is `receive`d (answered in order)."""
 
     def __init__(self, transport, frames: _Frames, node_id: int, client_id: str | None = None):
         self.transport = transport
@@ -119,8 +120,18 @@ class ReplicaLink:
     async def ask(self, api_key: int, version: int, body, *, timeout_s: float = 30):
         """Send a request and return its decoded response (whose records are views of the
         response's own buffer)."""
+        self.send(api_key, version, body)
+        return await self.receive(timeout_s=timeout_s)
+
+    def send(self, api_key: int, version: int, body) -> None:
+        """Write a request now; its response is the next `receive` after those of the
+        requests sent before it (responses come in order: a follower may have a second fetch
+        in flight, fetcher.py)."""
         _, data = self.connection.send_request(api_key, version, body)
         self.transport.write(data)
+
+    async def receive(self, *, timeout_s: float = 30):
+        """The decoded response of the oldest request in flight."""
         frame = await asyncio.wait_for(self.frames.next_frame(), timeout_s)
         return self.connection.response_of(memoryview(frame))[1]
 

@@ -44,6 +44,7 @@ class ReplicaManager:
         self.context = context
         self.replicas = LocalReplicas(context, defaults, ask_isr=self.ask_isr)
         self.node_id = context.node_id
+        self.fetch_settings = context.fetch  # replica.fetch.* (fetch_settings.py)
         self.throttle = FollowerThrottle(context.control, context.node_id, self.in_sync)
         self.fetchers: dict[int, ReplicaFetcher] = {}  # leader node id -> its fetcher
         self.started = False
