@@ -1,4 +1,4 @@
-"""Hand-compiled codecs for Produce v3-8, the one request every message travels in.
+"""Hand-compiled codecs for Produce v3-10, the one request every message travels in.
 
 The interpreted codec (:mod:`klog.protocol.codec`) walks prepared steps: a Produce request of
 one partition costs it some forty Python calls to read and as many to write, and the response
@@ -6,7 +6,8 @@ as much again; measured (callgrind, issue 14) that was 96k instructions to read 
 95k to build and write its answer, about 40% of a worker's CPU per acks=1 request. These
 functions do the same work in one straight pass of precompiled ``struct.Struct`` unpacks and
 packs, for the versions every current client sends (3-8: transactional ids, no tagged
-fields), and produce the same objects and the same bytes.
+fields; 9-10, flexible: compact lengths and tagged-field sections, see
+:mod:`klog.protocol.produce_flex`), and produce the same objects and the same bytes.
 
 The interpreted codec stays the reference:
 
@@ -26,6 +27,7 @@ from __future__ import annotations
 import struct
 from typing import Any
 
+from klog.protocol import produce_flex
 from klog.protocol.codec import StructCodec, compile_struct
 from klog.protocol.fieldtypes import RECORDS
 
@@ -85,6 +87,9 @@ def install(request_cls: Any, topic_data_cls: Any, partition_data_cls: Any,
         if (request_cls.is_flexible(version) or response_cls.is_flexible(version)
                 or any(layout(cls, version) != want for cls, want in checks)):
             return False
+    if not produce_flex.check(request_cls, topic_data_cls, partition_data_cls, response_cls,
+                              topic_response_cls, partition_response_cls):
+        return False
     for version in VERSIONS:
         generic_request = compile_struct(request_cls, version, False)
         generic_response = compile_struct(response_cls, version, False)
@@ -96,6 +101,8 @@ def install(request_cls: Any, topic_data_cls: Any, partition_data_cls: Any,
             _response_reader(version, response_cls, topic_response_cls, partition_response_cls,
                              generic_response.read),
             _response_writer(version, generic_response.write), generic_response.min_bytes)
+    produce_flex.install(request_cls, topic_data_cls, partition_data_cls, response_cls,
+                         topic_response_cls, partition_response_cls)
     return True
 
 
