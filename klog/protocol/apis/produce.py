@@ -96,7 +96,8 @@ def error_response(
     ])  # fmt: skip
 
 
-# v3-8, what every current client sends, have hand-compiled codecs (klog.protocol.produce_codec):
-# the interpreted ones above stay the reference they are tested against.
+# v3-10, what every current client sends, have hand-compiled codecs (klog.protocol.produce_codec,
+# produce_flex for the flexible v9-10): the interpreted ones above stay the reference they are
+# tested against.
 _produce_codec.install(ProduceRequest, TopicProduceData, PartitionProduceData, ProduceResponse,
                        TopicProduceResponse, PartitionProduceResponse)
