@@ -55,3 +55,19 @@ def test_bytes_over_time_stay_within_the_rate():
             assert copied <= rate * now + rate * BURST_S + batch
         now += bucket.delay_s(now) if not allowed else 0.001
     assert copied >= rate * 60 * 0.95
+
+
+def test_the_rate_is_the_nodes_own_else_every_brokers_default():
+    """AlterConfigs may set the rate for one broker (`/config/brokers/<id>`) or for all
+    (`/config/brokers/<default>`, issue 25): the node's own wins, as in Kafka."""
+    from types import SimpleNamespace
+
+    from appliance.workers.replication.throttle import FOLLOWER_RATE, FollowerThrottle
+
+    control = SimpleNamespace(fleet_node_configs={}, dynamic_configs={})
+    throttle = FollowerThrottle(control, 7, in_sync=lambda key: False)
+    assert throttle.rate() is None
+    control.dynamic_configs = {"brokers": {"<default>": {FOLLOWER_RATE: "1000"}}}
+    assert throttle.rate() == 1000
+    control.fleet_node_configs = {7: {FOLLOWER_RATE: "5000"}, 8: {FOLLOWER_RATE: "1"}}
+    assert throttle.rate() == 5000

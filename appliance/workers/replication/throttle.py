@@ -2,8 +2,9 @@
 
 Kafka's names and places: the rate is the node's dynamic config
 `follower.replication.throttled.rate` (bytes per second, `/config/brokers/<node>`, which the
-supervisor passes on with the fleet's nodes); the throttled replicas are the topic's config
-`follower.replication.throttled.replicas`, a list of `partition:node` (or `*`: every
+supervisor passes on with the fleet's nodes, else the default of every broker,
+`/config/brokers/<default>`, from the dynamic config store); the throttled replicas are the
+topic's config `follower.replication.throttled.replicas`, a list of `partition:node` (or `*`: every
 replica). `klog cluster reassign --execute --throttle` sets both for the replicas a
 reassignment adds, and `--verify` removes them once it is done.
 
@@ -23,6 +24,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+
+from appliance.control.dynamic_configs import DEFAULT_ENTITY
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +102,9 @@ class FollowerThrottle:
     def rate(self) -> int | None:
         configs = getattr(self.control, "fleet_node_configs", None) or {}
         text = configs.get(self.node_id, {}).get(FOLLOWER_RATE)
+        if text is None:  # the node's own rate first, then every broker's default
+            dynamic = getattr(self.control, "dynamic_configs", None) or {}
+            text = dynamic.get("brokers", {}).get(DEFAULT_ENTITY, {}).get(FOLLOWER_RATE)
         if text is None:
             return None
         try:
