@@ -6,8 +6,8 @@ Kafka's change notification (`/config/changes/config_change_<seq>`, entity_path
 "<type>/<name>"), which every appliance's store watches: it then re-reads every entity (they
 are few) and, when something changed, bumps `generation` and calls `on_change` (on the
 store's thread: hand it on, do not block). A periodic full read stands under the watch, as
-in `security_store`. The SCRAM credentials Kafka keeps in the same user znodes are left as
-they are and never reported here.
+in `security_store`; both are `followed_store.FollowedStore`s. The SCRAM credentials Kafka
+keeps in the same user znodes are left as they are and never reported here.
 
 Names are sanitized for paths as Kafka's Sanitizer does (URL-encoding), and given back raw.
 This package does not import the appliance: values are plain dicts of strings.
@@ -15,22 +15,14 @@ This package does not import the appliance: values are plain dicts of strings.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import threading
-import time
 from collections.abc import Callable
 from urllib.parse import quote, unquote
 
 import orjson
 
-from cluster.session import (
-    BadVersionError,
-    NodeExistsError,
-    NoNodeError,
-    Session,
-    ZooKeeperUnavailable,
-)
+from cluster.followed_store import FollowedStore
+from cluster.session import NoNodeError, Session
 
 log = logging.getLogger(__name__)
 
@@ -40,9 +32,6 @@ CHANGE_PREFIX = "config_change_"
 TYPES = ("brokers", "clients", "users")
 DEFAULT = "<default>"  # Kafka writes the default entity's name unsanitized
 SCRAM_PREFIX = "SCRAM-"  # credentials in /config/users/<u>: security_store's, not ours
-FULL_READ_INTERVAL_S = 10.0
-KEEP_NOTIFICATIONS = 100
-PRUNE_ABOVE = 200
 
 Entities = dict[str, dict[str, dict[str, str]]]
 
@@ -74,55 +63,21 @@ def _config(data: bytes | None, path: str) -> dict[str, str]:
     return {str(k): str(v) for k, v in config.items()} if isinstance(config, dict) else {}
 
 
-class FleetConfigStore:
-    def __init__(self, session: Session, on_change: Callable[[], None] = lambda: None):
-        self.session = session
-        self.on_change = on_change
-        self.generation = 0
-        self._entities: Entities = {}
-        self._lock = threading.Lock()
-        self._wake = threading.Event()
-        self._stopping = False
-        self._thread = threading.Thread(target=self._run, name="klog-fleet-configs",
-                                        daemon=True)
+class FleetConfigStore(FollowedStore):
+    what = "dynamic configs"
 
-    def start(self) -> None:
-        """Make the roots, read everything once, follow changes. Raises ZooKeeperUnavailable."""
+    def __init__(self, session: Session, on_change: Callable[[], None] = lambda: None):
+        super().__init__(session, on_change, "klog-fleet-configs")
+        self._entities: Entities = {}
+
+    def prepare(self) -> None:
         for path in (CHANGES, *(f"{ROOT}/{t}" for t in TYPES)):
             self.session.call("ensure_path", path)
-        self.refresh()
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stopping = True
-        self._wake.set()
-        if self._thread.is_alive():
-            self._thread.join(5)
 
     def entities(self) -> Entities:
         return {t: {n: dict(c) for n, c in names.items()} for t, names in self._entities.items()}
 
     # reading ------------------------------------------------------------------------------
-
-    def _watch(self, event) -> None:
-        self._wake.set()
-
-    def _run(self) -> None:
-        next_full = time.monotonic() + FULL_READ_INTERVAL_S
-        while not self._stopping:
-            self._wake.wait(max(0.0, next_full - time.monotonic()))
-            self._wake.clear()
-            if self._stopping:
-                return
-            try:
-                self.refresh()
-                next_full = time.monotonic() + FULL_READ_INTERVAL_S
-            except ZooKeeperUnavailable as exc:
-                log.info("dynamic configs not re-read: %s", exc)
-                next_full = time.monotonic() + 1.0
-            except Exception:  # keep following: the next read may succeed
-                log.exception("dynamic configs not re-read")
-                next_full = time.monotonic() + 1.0
 
     def refresh(self) -> None:
         with self._lock:
@@ -167,11 +122,8 @@ class FleetConfigStore:
         Kafka's change notification and our own re-read. Raises ZooKeeperUnavailable,
         ValueError (an entity type the store does not keep)."""
         path = entity_path(entity_type, name)
-        while True:
-            try:
-                data, stat = self.session.call("get", path)
-            except NoNodeError:
-                data, stat = None, None
+
+        def write(data: bytes | None):
             current = _config(data, path)
             new = dict(current)
             for key, value in changes.items():
@@ -179,27 +131,8 @@ class FleetConfigStore:
                     new.pop(key, None)
                 else:
                     new[key] = value
-            if new == current:
-                return
-            encoded = orjson.dumps({"version": 1, "config": new})
-            try:
-                if stat is None:
-                    self.session.call("create", path, encoded, makepath=True)
-                else:  # an emptied node stays (children may hang below it), as Kafka's
-                    self.session.call("set", path, encoded, version=stat.version)
-                break
-            except (BadVersionError, NodeExistsError, NoNodeError):
-                continue
-        notice = orjson.dumps({"version": 2, "entity_path": path[len(ROOT) + 1:]})
-        self.session.call("create", f"{CHANGES}/{CHANGE_PREFIX}", notice, sequence=True,
-                          makepath=True)
-        self._prune()
-        self.refresh()
-
-    def _prune(self) -> None:
-        children = self._children(CHANGES)
-        if len(children) <= PRUNE_ABOVE:
-            return
-        for child in children[:-KEEP_NOTIFICATIONS]:
-            with contextlib.suppress(NoNodeError):
-                self.session.call("delete", f"{CHANGES}/{child}")
+            # an emptied node stays (children may hang below it), as Kafka's
+            return False if new == current else orjson.dumps({"version": 1, "config": new})
+        if self.conditional_write(path, write):
+            self.notify(f"{CHANGES}/{CHANGE_PREFIX}",
+                        orjson.dumps({"version": 2, "entity_path": path[len(ROOT) + 1:]}))

@@ -6,9 +6,9 @@ notification (a watch on `/config/changes`, `/kafka-acl-changes` and
 `/kafka-acl-extended-changes`: Kafka's brokers and tools write one after each change, and so
 do we), and every FULL_READ_INTERVAL_S as a safety net under the watches (a session that
 expired lost them). The sets are small (users and ACLs, not partitions), so a notification
-re-reads everything rather than the one entity it names. kazoo's watch callback only wakes the
-thread. Each new state bumps `generation` and calls `on_change` (on the store's thread: hand
-it on, do not block); the supervisor then tells its workers.
+re-reads everything rather than the one entity it names (the following and the writes are
+`followed_store.FollowedStore`'s). Each new state bumps `generation` and calls `on_change`
+(on the store's thread: hand it on, do not block); the supervisor then tells its workers.
 
 Writes (`update_user`, `update_acls`) run on the caller's thread: read the node, change it,
 write it back only if its version is unchanged (retried otherwise, as Kafka's
@@ -25,53 +25,28 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import threading
-import time
 from collections.abc import Callable
 
 from cluster import security_znodes as sz
-from cluster.session import (
-    BadVersionError,
-    NodeExistsError,
-    NoNodeError,
-    NotEmptyError,
-    Session,
-    ZooKeeperUnavailable,
-)
+from cluster.followed_store import FollowedStore
+from cluster.session import NoNodeError, Session
 from cluster.znodes import ZnodeError
 from klog.protocol.sasl.scram import ScramCredential
 
 log = logging.getLogger(__name__)
-
-FULL_READ_INTERVAL_S = 10.0
-KEEP_NOTIFICATIONS = 100  # the newest change notifications kept; older ones are pruned
-PRUNE_ABOVE = 200
 
 Users = dict[str, dict[str, ScramCredential]]
 AclRow = tuple[str, str, str, str, str, str, str]
 Entry = tuple[str, str, str, str]  # principal, permission, operation, host
 
 
-class SecurityStore:
+class SecurityStore(FollowedStore):
+    what = "SCRAM users and ACLs"
+
     def __init__(self, session: Session, on_change: Callable[[], None] = lambda: None):
-        self.session = session
-        self.on_change = on_change
-        self.generation = 0
+        super().__init__(session, on_change, "klog-fleet-security")
         self._users: Users = {}
         self._acls: frozenset[AclRow] = frozenset()
-        self._lock = threading.Lock()  # one refresh at a time; the values swap whole
-        self._wake = threading.Event()
-        self._stopping = False
-        self._thread = threading.Thread(target=self._run, name="klog-fleet-security",
-                                        daemon=True)
-
-    # life cycle ---------------------------------------------------------------------------
-
-    def start(self) -> None:
-        """Make the roots, read everything once, follow changes. Raises ZooKeeperUnavailable."""
-        self.prepare()
-        self.refresh()
-        self._thread.start()
 
     def prepare(self) -> None:
         """The roots (and, with zookeeper.set.acl, the users' ACLs); enough for `klog users`,
@@ -80,12 +55,6 @@ class SecurityStore:
         for root in sz.ROOTS:
             self.session.call("ensure_path", root)
         self.secure_existing_users()
-
-    def stop(self) -> None:
-        self._stopping = True
-        self._wake.set()
-        if self._thread.is_alive():
-            self._thread.join(5)
 
     def secure_existing_users(self) -> None:
         """With zookeeper.set.acl: `/config/users` and the users under it made readable by us
@@ -106,31 +75,6 @@ class SecurityStore:
 
     def acls(self) -> frozenset[AclRow]:
         return self._acls
-
-    def _watch(self, event) -> None:
-        """kazoo's thread: only wake ours."""
-        self._wake.set()
-
-    def _run(self) -> None:
-        next_full = time.monotonic() + FULL_READ_INTERVAL_S
-        failing = False
-        while not self._stopping:
-            self._wake.wait(max(0.0, next_full - time.monotonic()))
-            self._wake.clear()
-            if self._stopping:
-                return
-            try:
-                self.refresh()
-                next_full = time.monotonic() + FULL_READ_INTERVAL_S
-                failing = False
-            except ZooKeeperUnavailable as exc:
-                if not failing:  # once per outage, not once a second
-                    log.warning("SCRAM users and ACLs not re-read: %s", exc)
-                failing = True
-                next_full = time.monotonic() + 1.0
-            except Exception:  # keep following: a bad node is logged, the rest stays
-                log.exception("SCRAM users and ACLs not re-read")
-                next_full = time.monotonic() + 1.0
 
     def refresh(self) -> None:
         """Re-read users and ACLs (re-arming the notification watches); bump the generation
@@ -202,9 +146,9 @@ class SecurityStore:
             if new == current:
                 return False
             return None if not new.credentials and not new.other else new.encode()
-        if self._conditional_write(path, write):
-            self._notify(f"{sz.CONFIG_CHANGES}/{sz.CONFIG_CHANGE_PREFIX}",
-                         sz.encode_config_change(f"users/{name}"))
+        if self.conditional_write(path, write):
+            self.notify(f"{sz.CONFIG_CHANGES}/{sz.CONFIG_CHANGE_PREFIX}",
+                        sz.encode_config_change(f"users/{name}"))
 
     def update_acls(self, resource: tuple[str, str, str],
                     change: Callable[[frozenset[Entry]], frozenset[Entry]]) -> None:
@@ -219,44 +163,5 @@ class SecurityStore:
             if new == current:
                 return False
             return sz.encode_acls({sz.AclEntry(*e) for e in new}) if new else None
-        if self._conditional_write(res.path, write):
-            self._notify(*res.change_notification())
-
-    def _conditional_write(self, path: str, write: Callable[[bytes | None], object]) -> bool:
-        """`write(current data or None)` says the new data, None (delete) or False (no change);
-        applied only if the node did not change meanwhile, else read again. True if written."""
-        while True:
-            try:
-                data, stat = self.session.call("get", path)
-            except NoNodeError:
-                data, stat = None, None
-            new = write(data)
-            if new is False:
-                return False
-            try:
-                if stat is None and new is None:
-                    return False
-                if stat is None:
-                    self.session.call("create", path, new, makepath=True)
-                elif new is None:
-                    self.session.call("delete", path, version=stat.version)
-                else:
-                    self.session.call("set", path, new, version=stat.version)
-                return True
-            except (BadVersionError, NodeExistsError, NoNodeError, NotEmptyError):
-                continue  # changed meanwhile: read it again
-
-    def _notify(self, prefix: str, payload: bytes) -> None:
-        """The change notification every broker watches, then our own re-read at once."""
-        self.session.call("create", prefix, payload, sequence=True, makepath=True)
-        self._prune(prefix.rsplit("/", 1)[0])
-        self.refresh()
-
-    def _prune(self, directory: str) -> None:
-        """Keep the newest notifications only (Kafka expires them after 15 minutes)."""
-        children = sorted(self.session.call("get_children", directory))
-        if len(children) <= PRUNE_ABOVE:
-            return
-        for child in children[:-KEEP_NOTIFICATIONS]:
-            with contextlib.suppress(NoNodeError):
-                self.session.call("delete", f"{directory}/{child}")
+        if self.conditional_write(res.path, write):
+            self.notify(*res.change_notification())
