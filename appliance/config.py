@@ -82,8 +82,9 @@ class BrokerConfig:
     zookeeper_digest_credentials: str | None = field(default=None, repr=False)
     broker_rack: str | None = None
     # a node that left the fleet stays in Metadata's brokers this long
-    # (appliance.control.departed_nodes: why librdkafka fails over faster so)
-    departed_broker_grace_ms: int = 3000
+    # (appliance.control.departed_nodes: why librdkafka fails over faster so); 0, as Kafka:
+    # dropped at once (a kafka-python group stalled behind its dead coordinator with it: README)
+    departed_broker_grace_ms: int = 0
     shutdown_timeout_ms: int = 30_000
     worker_restart_backoff_ms: int = 100
     # sealed segments a worker keeps open (descriptor + index mappings; descriptor_cache.py);

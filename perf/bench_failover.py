@@ -173,16 +173,17 @@ def one_kill(fleet, zk, producer: TimedProducer) -> dict[str, float]:
 
 
 def run(label: str, code_dir: Path | None, kills: int, root: Path,
-        client: dict[str, str]) -> list[dict[str, float]]:
+        client: dict[str, str], grace_ms: int | None = None) -> list[dict[str, float]]:
     if code_dir is not None:
         appliance_module.REPO = code_dir  # the appliances run that checkout's code
     ensemble = Ensemble(root / f"zk-{label}")
     ensemble.start()
     rows = []
     try:
-        spec = FleetSpec(f"/bench-failover-{label}", log_dirs=1,
-                         settings={"default.replication.factor": "3",
-                                   "auto.leader.rebalance.enable": "false"})
+        settings = {"default.replication.factor": "3", "auto.leader.rebalance.enable": "false"}
+        if grace_ms is not None:  # a baseline checkout may not know the key
+            settings["klog.metadata.departed.broker.grace.ms"] = str(grace_ms)
+        spec = FleetSpec(f"/bench-failover-{label}", log_dirs=1, settings=settings)
         with running_fleet(ensemble, root / label, spec) as fleet:
             bootstrap = ",".join(a.bootstrap for a in fleet)
             admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -224,6 +225,9 @@ def summary(label: str, rows: list[dict[str, float]]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kills", type=int, default=20)
+    parser.add_argument("--grace-ms", type=int, default=3000,
+                        help="klog.metadata.departed.broker.grace.ms for this checkout "
+                             "(off by default in the appliance; 3000 measured the gain)")
     parser.add_argument("--baseline", type=Path, help="a checkout to measure first (main)")
     parser.add_argument("--client", action="append", default=[], metavar="KEY=VALUE",
                         help="a librdkafka setting for the producer (default: its defaults)")
@@ -235,7 +239,7 @@ def main() -> None:
             results["baseline"] = run("baseline", args.baseline, args.kills, Path(tmp),
                                       client)
         results["this"] = run("this", Path(__file__).resolve().parent.parent, args.kills,
-                              Path(tmp), client)
+                              Path(tmp), client, args.grace_ms)
     for label, rows in results.items():
         summary(label, rows)
 

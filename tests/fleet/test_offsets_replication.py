@@ -267,9 +267,18 @@ def test_committed_offsets_survive_the_coordinators_appliance(fleet, zk):
                for client, group in groups.items()}
     for member in members.values():
         member.start()
-    wait_until(lambda: all(len(m.consumed[p] | old[c].consumed[p]) >= PER_PARTITION
-                           for c, m in members.items() for p in range(PARTITIONS)), 120,
-               "the new members to read to the end")
+    try:
+        wait_until(lambda: all(len(m.consumed[p] | old[c].consumed[p]) >= PER_PARTITION
+                               for c, m in members.items() for p in range(PARTITIONS)), 120,
+                   "the new members to read to the end")
+    except AssertionError:  # say who stopped short, and where the partitions are
+        for c, m in members.items():
+            print("DIAG", c, {p: (len(m.consumed[p] | old[c].consumed[p]), m.first.get(p),
+                                  max(m.consumed[p], default=None)) for p in range(PARTITIONS)},
+                  m.failures[-5:])
+        for p in range(PARTITIONS):
+            print("DIAG state", p, partition_state(zk, TOPIC, p))
+        raise
     for member in members.values():
         member.stop()
     for client, member in members.items():
