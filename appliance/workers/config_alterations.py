@@ -35,6 +35,19 @@ class Refused(Exception):
         self.message = message
 
 
+def answer(worker, request, api, *, incremental: bool):
+    """The whole answer of AlterConfigs or IncrementalAlterConfigs (`api`, whose responses
+    have the same shape): one entry per resource, in order."""
+    body = request.body
+    outcomes = alter_all(worker, request, body.resources, incremental=incremental,
+                         validate_only=body.validate_only)
+    return api.Response(throttle_time_ms=0, responses=[
+        api.AlterConfigsResourceResponse(error_code=int(error), error_message=message,
+                                         resource_type=r.resource_type,
+                                         resource_name=r.resource_name)
+        for r, (error, message) in zip(body.resources, outcomes, strict=True)])
+
+
 def alter_all(worker, request, resources, *, incremental: bool,
               validate_only: bool) -> list[tuple[ErrorCode, str | None]]:
     """One (error, message) per resource, in order."""
