@@ -3,7 +3,8 @@ real fetch waiters, driven through its methods as the handlers and the fetchers 
 
 Leader: appends, idempotent retries, acks=all's one future (the fdatasync, then the high
 watermark moved by followers' fetches), NOT_ENOUGH_REPLICAS before and after an append, a
-timeout, the refusals of a follower's fetch (KIP-320), an ISR expansion asked. Follower:
+timeout, the refusals of a follower's fetch (KIP-320), an ISR expansion asked, and the
+high watermark it holds while asked (KIP-497's maximal ISR, through the real manager). Follower:
 the leader's batches appended as they are with its high watermark and log start, a diverged
 batch refused, truncation and the producer state it rebuilds. Each operation's bookkeeping:
 the shm publication and the waiters it wakes.
@@ -16,10 +17,11 @@ import os
 
 import pytest
 
-from appliance.control.topics import FleetNode, PartitionLeadership
+from appliance.control.topics import FleetNode, PartitionLeadership, TopicInfo
 from appliance.segments import LogConfig, PartitionLog
 from appliance.segments.group_commit import GroupCommitter
 from appliance.workers.replication.context import ReplicaContext
+from appliance.workers.replication.manager import ReplicaManager
 from appliance.workers.replication.partition import Partition
 from appliance.workers.replication.waiters import AppendWaiters
 from klog.protocol.error_codes import ErrorCode
@@ -248,4 +250,68 @@ def test_a_new_replica_starts_from_its_checkpointed_high_watermark(make):
         assert other.high_watermark == 1
         other.record_follower_fetch(PEER, 4, 5, 0)
         assert other.high_watermark == 4
+    run(scenario())
+
+
+class AnsweringControl(Control):
+    """The control plane's AlterPartition as the supervisor answers it: later, when the
+    controller's ZooKeeper write is done; here, when the test says."""
+
+    def __init__(self):
+        self.requests = []
+
+    def topics(self):
+        return []
+
+    def alter_partition(self, request, answer):
+        self.requests.append((request, answer))
+
+
+def test_a_replica_asked_into_the_isr_holds_the_high_watermark_until_answered(tmp_path):
+    """KIP-497's maximal ISR: from the moment the leader asks to add a caught-up follower,
+    the high watermark counts it, because the controller may write that ISR and a
+    reassignment elect the follower before the answer comes back here. Before, the high
+    watermark went on without it, and acknowledged records the new leader lacked."""
+    async def scenario():
+        control = AnsweringControl()
+        committer = GroupCommitter()
+        context = ReplicaContext(node_id=ME, worker_index=0, log_dir=tmp_path, control=control,
+                                 publisher=Publications(), waiters=AppendWaiters(),
+                                 committer=committer)
+        manager = ReplicaManager(context, LogConfig(segment_bytes=1 << 20))
+        manager.replicas.open_topic(TopicInfo(TOPIC, owners=(0,)), now_ms=0)
+        partition = manager.replicas.get(TOPIC, 0)
+        try:
+            lead(partition, isr=(ME, PEER))
+            partition.append_as_leader(batch(3), now_ms=0)
+            partition.record_follower_fetch(PEER, 3, 5, 0)
+            assert partition.high_watermark == 3
+            partition.record_follower_fetch(OTHER, 3, 5, 0)  # caught up: asked into the ISR
+            [(request, answer)] = control.requests
+            assert request.isr == (ME, PEER, OTHER)
+            waiting = partition.append_as_leader(batch(2), now_ms=0, required_acks=-1)
+            partition.record_follower_fetch(PEER, 5, 5, 0)
+            assert partition.high_watermark == 3  # OTHER, asked for, is still at 3
+            await asyncio.sleep(0.02)
+            assert not waiting.committed.done()
+            answer(ErrorCode.NONE)  # written: the ISR is the one asked for
+            await asyncio.sleep(0)
+            assert partition.role.state.isr == (ME, PEER, OTHER)
+            partition.record_follower_fetch(OTHER, 5, 5, 0)
+            assert partition.high_watermark == 5
+            assert await waiting.committed == ErrorCode.NONE
+
+            partition.update_replicas(PartitionLeadership(ME, 5, (ME, PEER, OTHER), (ME, PEER)))
+            partition.role.isr_asked_at = 0.0  # past the retry pause
+            partition.record_follower_fetch(OTHER, 5, 5, 0)
+            (request, answer) = control.requests[-1]
+            partition.append_as_leader(batch(1), now_ms=0)
+            partition.record_follower_fetch(PEER, 6, 5, 0)
+            assert partition.high_watermark == 5  # held by OTHER again
+            answer(ErrorCode.INVALID_REQUEST)  # refused: the written ISR alone counts again
+            await asyncio.sleep(0)
+            assert partition.high_watermark == 6
+        finally:
+            partition.close()
+            committer.close()
     run(scenario())

@@ -168,11 +168,8 @@ class ReplicaManager:
         blocked this worker's loop for every change, so followers' fetches went unserved,
         fell behind and left the ISR in turn: after a restart, ISRs flapped for minutes."""
         role = partition.role
-        now = time.monotonic()
-        if role.isr_pending or now - role.isr_asked_at < ISR_RETRY_S:
+        if not role.ask_isr(tuple(isr), time.monotonic(), ISR_RETRY_S):
             return
-        role.isr_asked_at = now
-        role.isr_pending = True
         loop = asyncio.get_running_loop()
         request = AlterPartition(partition.topic, partition.index, role.state.leader_epoch,
                                  tuple(isr))
@@ -182,18 +179,21 @@ class ReplicaManager:
                 request, lambda error: loop.call_soon(self._isr_answered, partition, role,
                                                       request, before, error))
         except Exception as exc:  # noqa: BLE001 - the control channel; retried later
-            role.isr_pending = False
+            role.isr_answered()
+            partition.update_high_watermark()
             log.warning("%s-%d: ISR change to %s failed: %s", *partition.key, list(isr), exc)
 
     def _isr_answered(self, partition: Partition, asked, request: AlterPartition,
                       before: tuple[int, ...], error: ErrorCode) -> None:
-        asked.isr_pending = False
+        asked.isr_answered()
         log.info("%s-%d: ISR -> %s: %s", *partition.key, list(request.isr), error.name)
         if (error == ErrorCode.NONE and self.replicas.get(*partition.key) is partition
                 and partition.isr_written(request.leader_epoch, request.isr)):
             # counted from the ISR it was asked from, not from the role's: the fleet's
             # broadcast of the same change may have come first
             self.context.statistics.isr_changed(len(before), len(request.isr))
+        elif partition.role is asked and asked.leading:
+            partition.update_high_watermark()  # refused: the written ISR alone counts again
 
     async def _watch_lag(self) -> None:
         """Shrink the ISR of a partition this worker leads when a follower in it has not

@@ -352,7 +352,7 @@ class Partition:
         """A leader's high watermark from the ISR's log ends; wake what it releases."""
         role, plog = self.role, self.log
         node_id = self._context.node_id
-        plog.hold_high_watermark = bool(role.others_in_sync(node_id))
+        plog.hold_high_watermark = any(r != node_id for r in role.maximal_isr())
         high_watermark = role.high_watermark(plog.log_end_offset, node_id)
         if high_watermark is not None and plog.set_high_watermark(high_watermark):
             self.publish()
