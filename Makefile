@@ -20,7 +20,7 @@ PYTEST_ARGS ?=
 all: test
 
 # the compiled codec is built by the editable install: new C sources need it run again
-$(STAMP): pyproject.toml setup.py $(wildcard klog/protocol/_recordsc*.c klog/protocol/_recordsc*.h)
+$(STAMP): pyproject.toml setup.py $(wildcard klog/protocol/_recordsc*.c klog/protocol/_recordsc*.h klog/producer/_sendc.c)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test]'
@@ -45,11 +45,12 @@ lint: venv
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/ansible-lint --offline -q playbooks/
 
-# the compiled record codec must be the one in use (it is optional at install time), and the
-# codec and client tests run again on the pure-Python fallback, the reference; the slowest
-# tests are listed, to keep the run near 30 minutes
+# the compiled record codec and send() must be the ones in use (they are optional at install
+# time), and the codec and client tests run again on the pure-Python fallback, the reference;
+# the slowest tests are listed, to keep the run near 30 minutes
 test: deps venv lint
 	$(PY) -c "from klog.protocol import records_codec as c; assert c.IMPLEMENTATION == 'C', c.FALLBACK_REASON"
+	$(PY) -c "from klog.producer import fast_send as s; assert s.IMPLEMENTATION == 'C', s.FALLBACK_REASON"
 	$(PY) -m pytest -q --durations=25 $(PYTEST_ARGS)
 	KLOG_PURE_PYTHON=1 $(PY) -m pytest -q -p no:cacheprovider tests/protocol tests/client
 

@@ -1,4 +1,5 @@
-"""The one compiled part of klog: the record batch codec (klog/protocol/_recordsc.c).
+"""The compiled parts of klog: the record batch codec (klog/protocol/_recordsc.c) and the
+producer's send() for its commonest call (klog/producer/_sendc.c).
 
 Everything else is declared in pyproject.toml; setuptools reads ``ext_modules`` only from
 here. ``optional=True``: a machine without a C compiler or Python headers still installs klog
@@ -17,6 +18,12 @@ setup(
             depends=["klog/protocol/_recordsc.h"],
             extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra", "-Wno-unused-parameter"],
             optional=True,
-        )
+        ),
+        Extension(
+            "klog.producer._sendc",
+            ["klog/producer/_sendc.c"],
+            extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra", "-Wno-unused-parameter"],
+            optional=True,
+        ),
     ]
 )

@@ -50,6 +50,11 @@ def record_size(key, value, headers) -> int:
 
 
 class Accumulator:
+    # slots: the compiled send (_sendc.c) reads buffered_bytes in place, as it does a batch's
+    __slots__ = ("batch_size", "next_sticky", "linger_ms", "delivery_timeout_ms", "new_future",
+                 "buffered_bytes", "incomplete", "_open", "_sticky", "queues", "sealed_count",
+                 "drain_start")
+
     def __init__(self, *, batch_size: int, linger_ms: int, delivery_timeout_ms: int,
                  new_future: Callable[[], Any], next_sticky: Callable[[str, int], int]):
         self.batch_size = batch_size

@@ -38,6 +38,7 @@ from klog.config import ProducerConfig, build
 from klog.errors import ClosedError, KafkaTimeoutError
 from klog.outgoing import deliver
 from klog.producer.blocking_txn import TransactionalCalls
+from klog.producer.fast_send import compiled_send
 from klog.producer.futures import FutureRecordMetadata, FutureRecordMetadataList
 from klog.producer.producer_machine import ProducerProtocol
 from klog.tls import ssl_context_of
@@ -87,6 +88,10 @@ class Producer(TransactionalCalls):
         if self._core.transactions is not None:  # the plain send path stays as it is
             self.send = self._checked(self.send)  # type: ignore[method-assign]
             self.send_batch = self._checked(self.send_batch)  # type: ignore[method-assign]
+        # send(topic, value) compiled where it only appends (fast_send.py); None: Python's
+        self._fast_send = compiled_send(self, self.send)
+        if self._fast_send is not None:
+            self.send = self._fast_send.send  # type: ignore[method-assign]
         self._thread.start()
 
     def __enter__(self) -> Producer:
@@ -211,6 +216,8 @@ class Producer(TransactionalCalls):
         finally:
             with self._lock:
                 self._closed = True
+                if self._fast_send is not None:
+                    self._fast_send.disable()  # a send() kept from before must fail too
                 self._stopping = True
                 self._force = force
                 self._changed.notify_all()

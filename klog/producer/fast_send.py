@@ -1,0 +1,50 @@
+"""Which send() a Producer gets: the compiled one for its commonest call, or the Python one.
+
+``klog.producer._sendc`` (C, built by ``setup.py`` during ``pip install``, optional) handles
+``send(topic, value)`` with a bytes value to a topic whose sticky batch is open and has room,
+and hands every other call to the Python ``Producer.send`` unchanged (its module docstring says
+exactly which). It is used only where the Python path would do nothing more than append: no
+value or key serializer, no transactions (their checks wrap send). The Python path stays the
+reference: ``KLOG_PURE_PYTHON=1`` (any value but empty or ``0``) keeps it alone, as it does
+for the records codec; ``tests/client/test_fast_send.py`` checks that both store the same.
+"""
+
+from __future__ import annotations
+
+import os
+
+try:
+    from klog.producer import _sendc
+except ImportError as exc:  # built optionally: no compiler or headers at install time
+    _sendc = None
+    FALLBACK_REASON = f"the compiled send is not built ({exc})"
+else:
+    if os.environ.get("KLOG_PURE_PYTHON", "") not in ("", "0"):
+        _sendc = None
+        FALLBACK_REASON = "KLOG_PURE_PYTHON is set"
+    else:
+        FALLBACK_REASON = ""
+
+IMPLEMENTATION = "python" if _sendc is None else "C"
+
+
+def compiled_send(producer, slow):
+    """The compiled send bound to `producer`'s state (its `disable()` for close), or None
+    where the Python `slow` send must serve every call."""
+    if _sendc is None:
+        return None
+    config, core = producer.config, producer._core
+    if (config.value_serializer is not None or config.key_serializer is not None
+            or core.transactions is not None):
+        return None
+    from klog.producer.accumulator import RECORD_OVERHEAD
+    from klog.producer.batch import ProducerBatch
+    from klog.producer.futures import FutureRecordMetadata
+    accumulator = core.accumulator
+    return _sendc.FastSend(
+        slow=slow, lock=producer._lock, sticky=accumulator._sticky,
+        leaders=core.cluster.leaders, accumulator=accumulator,
+        future_type=FutureRecordMetadata, batch_type=ProducerBatch,
+        batch_size=accumulator.batch_size,
+        max_request_size=core._max_request_size, buffer_memory=core._buffer_memory,
+        overhead=RECORD_OVERHEAD)

@@ -1,0 +1,157 @@
+"""The producer's compiled send() (klog/producer/_sendc.c, chosen by fast_send.py) against a
+real appliance, beside the Python send it stands in for.
+
+It handles ``send(topic, bytes)`` to an open sticky batch and hands everything else to the
+Python path; these tests mix both kinds of call, from several threads, and read back what the
+appliance stored: the same records, in the order each thread sent them, acknowledged once. The
+same sequence run with ``KLOG_PURE_PYTHON=1`` (the Python path alone) stores the same records.
+A send() kept from before close() fails as the Python one does. Under ``KLOG_PURE_PYTHON=1``
+(make test's second pass) the compiled path is off, and the tests that need it skip.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+
+import klog
+from klog.errors import ClosedError
+from klog.producer import fast_send
+from tests.client.conftest import read_all
+from tests.conftest import REPO
+
+compiled = pytest.mark.skipif(fast_send.IMPLEMENTATION != "C",
+                              reason=f"the compiled send is off: {fast_send.FALLBACK_REASON}")
+
+
+def mixed_sends(producer: klog.Producer, topic: str, tag: bytes, count: int) -> list:
+    """Calls of every shape, in a fixed order: mostly the compiled path's, and each of the
+    shapes it hands on (key, headers, partition, timestamp, a bytearray value, keyword
+    arguments, send_batch's segments in the middle of a batch)."""
+    futures = []
+    for i in range(count):
+        value = b"%s-%06d" % (tag, i)
+        shape = i % 50
+        if shape == 10:
+            futures.append(producer.send(topic, value, key=b"k%d" % i))
+        elif shape == 20:
+            futures.append(producer.send(topic, value, headers=[("h", b"%d" % i)]))
+        elif shape == 30:
+            futures.append(producer.send(topic, bytearray(value)))
+        elif shape == 35:
+            futures.append(producer.send(topic, value=value))
+        elif shape == 40:
+            futures.extend(producer.send_batch(topic, [value, value + b"+"]).result(30))
+        else:
+            futures.append(producer.send(topic, value))
+    return futures
+
+
+def stored(bootstrap: str, topic: str, count: int) -> list[tuple]:
+    records = read_all(bootstrap, topic, count)
+    return [(r.offset, r.key, r.value, tuple(r.headers or ())) for r in records]
+
+
+def expected_count(count: int) -> int:
+    return count + count // 50  # each send_batch adds a second value
+
+
+@compiled
+def test_compiled_and_python_sends_store_the_same_records(broker, topic_factory):
+    topic = topic_factory(1)
+    count = 3_000
+    with klog.Producer(bootstrap_servers=broker.bootstrap, linger_ms=2) as producer:
+        assert producer._fast_send is not None
+        mixed_sends(producer, topic, b"v", count)
+        producer.flush(30)
+        taken, passed = producer._fast_send.counts()
+        assert producer.statistics()["buffered_bytes"] == 0
+    assert taken > count // 2 and passed > count // 50  # both paths served calls
+    ours = stored(broker.bootstrap, topic, expected_count(count))
+
+    pure_topic = topic_factory(1)
+    script = (
+        "import sys, klog\n"
+        "from tests.client.test_fast_send import mixed_sends\n"
+        f"p = klog.Producer(bootstrap_servers={broker.bootstrap!r}, linger_ms=2)\n"
+        "assert p._fast_send is None\n"
+        f"mixed_sends(p, {pure_topic!r}, b'v', {count})\n"
+        "p.close(30)\n")
+    env = dict(os.environ, KLOG_PURE_PYTHON="1")
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert stored(broker.bootstrap, pure_topic, expected_count(count)) == ours
+    assert [offset for offset, *_ in ours] == list(range(expected_count(count)))
+
+
+@compiled
+def test_threads_sending_at_once_lose_and_repeat_nothing(broker, topic_factory):
+    """The compiled path takes the producer's lock without waiting and hands the call on when
+    the sender (or another thread's Python path) holds it: every record once, each thread's
+    in its order."""
+    topic = topic_factory(2)
+    threads_n, count = 4, 5_000
+    with klog.Producer(bootstrap_servers=broker.bootstrap) as producer:
+        futures: dict[int, list] = {}
+
+        def run(n: int) -> None:
+            futures[n] = mixed_sends(producer, topic, b"t%d" % n, count)
+
+        threads = [threading.Thread(target=run, args=(n,)) for n in range(threads_n)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        producer.flush(30)
+        acked = [f.result(30) if isinstance(f, klog.FutureRecordMetadata) else f
+                 for n in range(threads_n) for f in futures[n]]
+        taken, _ = producer._fast_send.counts()
+    assert taken > threads_n * count // 2
+    total = threads_n * expected_count(count)
+    assert len({(m.partition, m.offset) for m in acked}) == total  # one offset each
+    records = read_all(broker.bootstrap, topic, total)
+    assert len(records) == total
+    values = [r.value for r in records]
+    assert len(set(values)) == total  # every value is distinct: none stored twice
+    for n in range(threads_n):
+        tag = b"t%d-" % n
+        for partition in (0, 1):
+            mine = [r.value for r in records if r.partition == partition
+                    and r.value.startswith(tag)]
+            assert mine == sorted(mine), f"thread {n}'s records out of order in {partition}"
+
+
+@compiled
+def test_a_send_kept_from_before_close_fails_as_the_python_one(broker, topic_factory):
+    topic = topic_factory(1)
+    producer = klog.Producer(bootstrap_servers=broker.bootstrap)
+    send = producer.send
+    send(topic, b"before").result(30)
+    send(topic, b"open batch")  # the batch stays open: the compiled path's case
+    producer.close(30)
+    with pytest.raises(ClosedError):
+        send(topic, b"after")
+    assert [r.value for r in read_all(broker.bootstrap, topic, 2)] == [b"before", b"open batch"]
+
+
+def test_the_python_path_alone_under_klog_pure_python(broker, topic_factory):
+    """What make test's second pass runs: no compiled send, the same records."""
+    topic = topic_factory(1)
+    env = dict(os.environ, KLOG_PURE_PYTHON="1")
+    script = (
+        "import klog\n"
+        "from klog.producer import fast_send\n"
+        "assert fast_send.IMPLEMENTATION == 'python', fast_send.FALLBACK_REASON\n"
+        f"with klog.Producer(bootstrap_servers={broker.bootstrap!r}) as p:\n"
+        "    assert p._fast_send is None\n"
+        f"    [p.send({topic!r}, b'%d' % i) for i in range(100)]\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert [r.value for r in read_all(broker.bootstrap, topic, 100)] == \
+        [b"%d" % i for i in range(100)]
