@@ -88,6 +88,9 @@ class PartitionReader:
         self._last_high_watermark = -1
         self._stats = ReaderStatistics()
         self._closed = False
+        # when a read of it last left by sendfile (set by its user): one closing it sooner
+        # than the grace could pull the descriptor from under the send
+        self.region_at: float | None = None
 
     # -- reading ----------------------------------------------------------------------------
 

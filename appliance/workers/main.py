@@ -29,6 +29,9 @@ from appliance.workers.worker import Worker
 
 log = logging.getLogger(__name__)
 
+REMOTE_READERS_SHARE = 4  # of the bound on open sealed segments (shared_state.RemoteLogs)
+MIN_REMOTE_READERS = 64
+
 HEARTBEAT_INTERVAL_S = 1.0
 # The group-commit thread must get the GIL soon after its fdatasync returns, or acks=all
 # answers wait for CPython's default 5 ms switch interval (measured: p99 5-6 ms at 500 req/s
@@ -54,7 +57,10 @@ def worker_main(config: BrokerConfig, index: int, sock: list[socket.socket],
     except (StorageError, OSError) as exc:
         log.error("worker %d: cannot open the logs on %s: %s", index, worker.log_dir, exc)
         return DISK_FAILED
-    configure_worker(config, serving=True)
+    limit = configure_worker(config, serving=True)
+    # readers of the other workers' partitions: a share of the same descriptor budget
+    worker.remote.bound(max(limit // REMOTE_READERS_SHARE, MIN_REMOTE_READERS),
+                        config.log_defaults.file_delete_delay_ms / 1000)
     return asyncio.run(_serve(worker, sock, control, region))
 
 

@@ -10,6 +10,9 @@ published high watermark. Writes stay single-writer; reads fan out over CPU core
 from __future__ import annotations
 
 import logging
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from appliance.segments import txn_index
@@ -121,6 +124,11 @@ class RemoteLog:
     def last_stable_offset(self) -> int:
         return self.view.last_stable_offset
 
+    def region_handed_out(self) -> None:
+        """A read of this log leaves by sendfile from the reader's descriptor (fetch.py): a
+        retirement of the reader must then wait its grace before closing it."""
+        self.reader.region_at = time.monotonic()  # RemoteLogs' clock in a worker
+
     def aborted_transactions(self, fetch_offset: int, upper_offset: int) -> list:
         if not self.view.aborted_txns:
             return []  # nothing was ever aborted here: no .txnindex file to look for
@@ -149,13 +157,37 @@ class RemoteLog:
 
 
 class RemoteLogs:
-    """Read-only access to the partitions of the other workers of this appliance."""
+    """Read-only access to the partitions of the other workers of this appliance.
 
-    def __init__(self, region, log_dirs, worker_index: int):
+    A reader holds descriptors of the segments it read (non_owner_reader.py), so one per
+    partition ever read would grow with the partitions of the appliance, idle ones included
+    (klog's client spreads its reads over every worker). The readers are kept for the
+    `max_readers` most recently read partitions (`bound`: the worker sets it from its
+    descriptor budget, as it bounds its own sealed segments); an older one is retired. Its
+    descriptors are closed at once, unless a read of it left by sendfile (a large read; a
+    small one is copied into the response) within `grace_s`: then `grace_s` later
+    (`close_due`), so that the response sending from them completes, the rule retention
+    follows for deleted segments."""
+
+    def __init__(self, region, log_dirs, worker_index: int, *,
+                 max_readers: int = 1 << 30, grace_s: float = 60.0,
+                 clock: Callable[[], float] = time.monotonic):
         self.region = region
         self.log_dirs = log_dirs
         self.worker_index = worker_index
-        self._readers: dict[tuple[str, int, int], PartitionReader] = {}
+        self.max_readers = max_readers
+        self.grace_s = grace_s
+        self.retired_readers = 0  # readers retired for the bound, since start
+        self._clock = clock
+        self._readers: OrderedDict[tuple[str, int, int], PartitionReader] = OrderedDict()
+        self._retiring: deque[tuple[float, PartitionReader]] = deque()
+
+    def bound(self, max_readers: int, grace_s: float) -> None:
+        self.max_readers, self.grace_s = max(max_readers, 1), max(grace_s, 0.0)
+        self._retire_over()
+
+    def __len__(self) -> int:
+        return len(self._readers)
 
     def get(self, topic: str, index: int) -> RemoteLog | None:
         slot = self.region.partitions.find(topic, index)
@@ -168,9 +200,29 @@ class RemoteLogs:
             if reader is None:
                 directory = partition_dir(self.log_dirs[view_owner], topic, index)
                 reader = self._readers[key] = PartitionReader(directory)
+                self._retire_over()
+            else:
+                self._readers.move_to_end(key)
             return RemoteLog(self.region, slot, reader, self.worker_index)
         except (TornEntryError, FreeSlotError):
             return None
+
+    def _retire_over(self) -> None:
+        now = self._clock()
+        while len(self._readers) > self.max_readers:
+            _, reader = self._readers.popitem(last=False)
+            self.retired_readers += 1
+            sent_at = reader.region_at
+            if sent_at is None or now - sent_at >= self.grace_s:
+                reader.close()  # nothing of it can be in flight
+            else:
+                self._retiring.append((now + self.grace_s, reader))
+
+    def close_due(self) -> None:
+        """Close the retired readers whose grace is over (the worker's periodic loop)."""
+        now = self._clock()
+        while self._retiring and self._retiring[0][0] <= now:
+            self._retiring.popleft()[1].close()
 
     def forget_moved(self, topic: str, owners: tuple[int, ...]) -> None:
         """Close the readers of partitions whose owner is no longer the one they read (a
@@ -187,3 +239,5 @@ class RemoteLogs:
         for reader in self._readers.values():
             reader.close()
         self._readers.clear()
+        while self._retiring:
+            self._retiring.popleft()[1].close()

@@ -427,6 +427,7 @@ class Worker:
             await asyncio.sleep(FLUSH_CHECK_INTERVAL_S)
             now_ms = self.now_ms()
             DESCRIPTORS.close_due()  # evicted segments' descriptors whose grace is over
+            self.remote.close_due()  # readers of other workers' partitions, retired
             if self.partitions.unopened and time.monotonic() >= next_retry:
                 next_retry = time.monotonic() + UNOPENED_RETRY_S
                 self.retry_unopened()

@@ -139,6 +139,49 @@ def test_descriptors_stay_bounded_while_a_partition_grows_and_reads_match(limite
                timeout_s=10, what="the descriptors the reads reopened closed again")
 
 
+def test_reads_through_the_other_worker_keep_its_descriptors_bounded(limited):
+    """Any worker serves any partition of the appliance (klog's client spreads its reads
+    over them), through a reader of the owner's files per partition. Those readers are
+    bounded too: reading 800 partitions of the other worker, under a limit of 1,000
+    descriptors of which 600 hold its own active segments, would run out without it."""
+    topics = ("many-1", "many-2")
+    producer = Producer({"bootstrap.servers": limited.bootstrap, "linger.ms": 5})
+    for topic in topics:
+        for index in range(PER_TOPIC):
+            producer.produce(topic, b"%s/%d" % (topic.encode(), index), partition=index)
+    assert producer.flush(30) == 0
+    held = PER_TOPIC * 3 // 2
+    readers = 64  # appliance/workers/main.py: MIN_REMOTE_READERS (8 // 4 is below it)
+    for worker in range(2):
+        other = 1 - worker
+        theirs = [(t, i) for t in topics for i in range(PER_TOPIC)
+                  if (limited.log_dirs[other] / f"{t}-{i}").is_dir()]
+        assert len(theirs) == PER_TOPIC  # half of each topic
+        client = RawClient(limited.ports()[worker])
+        for start in range(0, len(theirs), 50):
+            chunk = theirs[start:start + 50]
+            answer = client.call(
+                fetch, 11, replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20,
+                isolation_level=0, session_id=0, session_epoch=-1, topics=[
+                    fetch.FetchTopic(topic=topic, partitions=[fetch.FetchPartition(
+                        partition=i, current_leader_epoch=-1, fetch_offset=0,
+                        log_start_offset=-1, partition_max_bytes=4096)
+                        for t, i in chunk if t == topic])
+                    for topic in topics], forgotten_topics_data=[], rack_id="")
+            got = {(t.topic, part.partition_index): part for t in answer.responses
+                   for part in t.partitions}
+            for t, i in chunk:
+                part = got.get((t, i))
+                assert part is not None, (t, i, answer)
+                assert part.error_code == ErrorCode.NONE, (t, i, part.error_code)
+                assert b"%s/%d" % (t.encode(), i) in bytes(part.records)
+        client.close()
+        wait_until(lambda w=worker: _worker_fds(limited, w) <= held + OPEN_SEGMENTS + readers
+                   + 40, timeout_s=10, what=f"worker {worker}'s descriptors under the bound")
+    assert "Too many open files" not in limited.log_text()
+    assert "Traceback" not in limited.log_text()
+
+
 def test_partitions_beyond_the_limit_at_start_answer_storage_error(limited):
     """Restarted under a lower limit, the workers warn, open what fits, answer
     KAFKA_STORAGE_ERROR naming the limit for the rest, and keep serving the others."""

@@ -29,6 +29,7 @@ serves it, the LSO and an aborted count being published in shm beside the high w
 
 from __future__ import annotations
 
+import logging
 import os
 
 from appliance.security.acls import Operation
@@ -41,6 +42,8 @@ from appliance.workers.shared_state import NotPublishedError
 from klog.protocol.apis import fetch
 from klog.protocol.chunks import FileRegion
 from klog.protocol.error_codes import ErrorCode
+
+log = logging.getLogger(__name__)
 
 API_KEY = fetch.SPEC.key
 INLINE_RECORDS_BYTES = 64 * 1024
@@ -94,6 +97,9 @@ def _read(worker, topic, part, budget, must_fill, replica_id=-1, committed=False
         return _partition(part.partition, ErrorCode.OFFSET_OUT_OF_RANGE, readable), 0, True
     except StorageError:
         return _partition(part.partition, ErrorCode.KAFKA_STORAGE_ERROR, readable), 0, True
+    except OSError as exc:  # another worker's files (non_owner_reader.py), e.g. EMFILE
+        log.error("%s-%d: cannot read: %s", topic, part.partition, exc)
+        return _partition(part.partition, ErrorCode.KAFKA_STORAGE_ERROR, readable), 0, True
     except NotPublishedError:
         return _partition(part.partition, ErrorCode.NOT_LEADER_OR_FOLLOWER), 0, True
     if piece is None or piece.length == 0:
@@ -104,7 +110,12 @@ def _read(worker, topic, part, budget, must_fill, replica_id=-1, committed=False
         aborted = _aborted(readable, part.fetch_offset) if committed else None
     except StorageError:
         return _partition(part.partition, ErrorCode.KAFKA_STORAGE_ERROR, readable), 0, True
-    records = _small_read(piece) or FileRegion(piece.fd, piece.position, piece.length)
+    records = _small_read(piece)
+    if records is None:
+        records = FileRegion(piece.fd, piece.position, piece.length)
+        noted = getattr(readable, "region_handed_out", None)  # another worker's partition
+        if noted is not None:
+            noted()
     worker.note_fetched(topic, part.partition, piece.length)
     return (_partition(part.partition, ErrorCode.NONE, readable, records, aborted),
             piece.length, False)
