@@ -25,6 +25,7 @@ Figures only, no assertions. ``--profile`` adds where klog's time goes: py-spy s
 every thread (the producer has two) during a consumer run and two producer runs.
 
 Run: .venv/bin/python perf/bench_client.py [--quick] [--profile]
+     .venv/bin/python perf/bench_client.py --consume-rounds 5 [--quick]   (consume rows only)
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -131,22 +133,28 @@ def consume_klog(bootstrap: str, topic: str, count: int) -> float:
         return seen / elapsed
 
 
-def consume_confluent(bootstrap: str, topic: str, count: int) -> float:
+UNTHROTTLED = {"queued.min.messages": 1_000_000, "fetch.queue.backoff.ms": 0,
+               "queued.max.messages.kbytes": 1_048_576}
+
+
+def consume_confluent(bootstrap: str, topic: str, count: int, config=UNTHROTTLED) -> float:
+    """librdkafka reading ``count`` messages from the beginning (``config={}``: its defaults).
+
+    The clock starts before the first ``consume()``, as klog's starts before its first
+    record is asked for: both include the first fetch, and every message counted is timed
+    (it used to start after the first answer of up to 10,000 messages, which were counted
+    but not timed)."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-assign-only",
-                         "enable.auto.commit": False, "queued.min.messages": 1_000_000,
-                         "fetch.queue.backoff.ms": 0,
-                         "queued.max.messages.kbytes": 1_048_576})
+                         "enable.auto.commit": False, **config})
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in (0, 1)])
     seen = total_bytes = 0
-    start = None
+    start = time.perf_counter()
     while seen < count:
         messages = consumer.consume(10_000, timeout=10)
         if not messages:
             break
-        if start is None:
-            start = time.perf_counter()
         for message in messages:
             total_bytes += len(message.value())
         seen += len(messages)
@@ -190,11 +198,56 @@ def spy_on(title: str, run) -> None:
         print(f"  {100 * samples / max(total, 1):5.1f}%  {frame}")
 
 
+def consume_rounds(rounds: int, count: int) -> None:
+    """The consume rows alone, steadier than one run of each: ``rounds`` rounds, each
+    librdkafka (unthrottled, then at its defaults) and klog at its defaults in turn, on the
+    same filled topic; every round printed, then the medians and the median of the
+    per-round ratios. A round's order alternates, so neither client always reads after the
+    other has warmed the page cache."""
+    readers = {
+        "klog": lambda bs: consume_klog(bs, "consume", count),
+        "librdkafka unthrottled": lambda bs: consume_confluent(bs, "consume", count),
+        "librdkafka defaults": lambda bs: consume_confluent(bs, "consume", count, {}),
+    }
+    figures: dict[str, list[float]] = {name: [] for name in readers}
+    with tempfile.TemporaryDirectory() as tmp:
+        appliance = Appliance(Path(tmp), log_dirs=2,
+                              settings={"log.segment.bytes": str(1 << 30)})
+        appliance.start()
+        try:
+            with klog.Admin(appliance.bootstrap) as admin:
+                admin.create_topic("consume", 2)
+            fill(appliance.bootstrap, "consume", count)
+            for round_ in range(rounds):
+                order = list(readers) if round_ % 2 == 0 else list(readers)[::-1]
+                for name in order:
+                    figures[name].append(readers[name](appliance.bootstrap))
+                print(f"round {round_ + 1}: " + ", ".join(
+                    f"{name} {figures[name][-1]:,.0f}" for name in readers), flush=True)
+        finally:
+            appliance.stop()
+    ours = figures["klog"]
+    print(f"\nconsume {count:,} messages of 200 B, {rounds} rounds, medians "
+          f"({os.cpu_count()} cores)")
+    for name, values in figures.items():
+        line = f"  {name:<24}{statistics.median(values):>12,.0f} msg/s"
+        if name != "klog":
+            ratios = [a / b for a, b in zip(ours, values)]
+            line += (f"   klog/this: median {statistics.median(ratios):.2f}"
+                     f" (min {min(ratios):.2f}, max {max(ratios):.2f})")
+        print(line)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--consume-rounds", type=int, default=0, metavar="N",
+                        help="only the consume rows: N alternating rounds of each, medians")
     args = parser.parse_args()
+    if args.consume_rounds:
+        consume_rounds(args.consume_rounds, 1_000_000 if args.quick else 3_000_000)
+        return
     produce_count = 300_000 if args.quick else 2_000_000
     consume_count = 1_000_000 if args.quick else 10_000_000
     rows = []
