@@ -203,13 +203,16 @@ def consume_rounds(rounds: int, count: int) -> None:
     librdkafka (unthrottled, then at its defaults) and klog at its defaults in turn, on the
     same filled topic; every round printed, then the medians and the median of the
     per-round ratios. A round's order alternates, so neither client always reads after the
-    other has warmed the page cache."""
+    other has warmed the page cache. Beside each rate, the CPU time this process spent per
+    message (every thread: librdkafka's own, and klog's one): on a machine shared with other
+    work the wall-clock rates swing with the load, the CPU per message much less."""
     readers = {
         "klog": lambda bs: consume_klog(bs, "consume", count),
         "librdkafka unthrottled": lambda bs: consume_confluent(bs, "consume", count),
         "librdkafka defaults": lambda bs: consume_confluent(bs, "consume", count, {}),
     }
     figures: dict[str, list[float]] = {name: [] for name in readers}
+    cpu_us: dict[str, list[float]] = {name: [] for name in readers}
     with tempfile.TemporaryDirectory() as tmp:
         appliance = Appliance(Path(tmp), log_dirs=2,
                               settings={"log.segment.bytes": str(1 << 30)})
@@ -221,16 +224,20 @@ def consume_rounds(rounds: int, count: int) -> None:
             for round_ in range(rounds):
                 order = list(readers) if round_ % 2 == 0 else list(readers)[::-1]
                 for name in order:
+                    cpu0 = time.process_time()
                     figures[name].append(readers[name](appliance.bootstrap))
+                    cpu_us[name].append((time.process_time() - cpu0) * 1e6 / count)
                 print(f"round {round_ + 1}: " + ", ".join(
-                    f"{name} {figures[name][-1]:,.0f}" for name in readers), flush=True)
+                    f"{name} {figures[name][-1]:,.0f} ({cpu_us[name][-1]:.2f} us CPU/msg)"
+                    for name in readers), flush=True)
         finally:
             appliance.stop()
     ours = figures["klog"]
     print(f"\nconsume {count:,} messages of 200 B, {rounds} rounds, medians "
           f"({os.cpu_count()} cores)")
     for name, values in figures.items():
-        line = f"  {name:<24}{statistics.median(values):>12,.0f} msg/s"
+        line = (f"  {name:<24}{statistics.median(values):>12,.0f} msg/s"
+                f"{statistics.median(cpu_us[name]):>7.2f} us CPU/msg")
         if name != "klog":
             ratios = [a / b for a, b in zip(ours, values)]
             line += (f"   klog/this: median {statistics.median(ratios):.2f}"
