@@ -13,10 +13,12 @@ The paper's experiment on this machine, 200-byte messages, one client process:
   klog is also shown with its defaults (acks=all, idempotent, 1 MB batches), and with Java's
   16 KiB batches (the default before issue 14; perf/bench_produce_defaults.py says why).
 - consumer reading N messages (10 million; 1 million with --quick) from the beginning of a
-  two-partition topic; baseline: confluent-kafka's consumer (``consume(10000)`` batches),
-  with its prefetch queue unthrottled (``queued.min.messages`` 1M,
-  ``fetch.queue.backoff.ms`` 0): librdkafka's defaults pause fetching for a second whenever
-  100k messages are queued, which caps it near 150k msg/s here and would flatter klog.
+  two-partition topic, klog at its defaults; baseline: confluent-kafka's consumer
+  (``consume(10000)`` batches) both at its defaults (issue 26's row) and with its prefetch
+  queue unthrottled (``queued.min.messages`` 1M, ``fetch.queue.backoff.ms`` 0): librdkafka's
+  defaults pause fetching for a second whenever 100k messages are queued, which caps it
+  near 150k msg/s here. Three alternating rounds of the three readers, medians, with the
+  CPU time per message of each (steadier than the rates on a shared machine).
 
 The appliance has two workers (one per log dir), so the two partitions of each topic live on
 different workers and both clients talk to two nodes, as in the issue's setup.
@@ -25,6 +27,7 @@ Figures only, no assertions. ``--profile`` adds where klog's time goes: py-spy s
 every thread (the producer has two) during a consumer run and two producer runs.
 
 Run: .venv/bin/python perf/bench_client.py [--quick] [--profile]
+     .venv/bin/python perf/bench_client.py --consume-rounds 5 [--quick]   (consume rows only)
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -131,22 +135,29 @@ def consume_klog(bootstrap: str, topic: str, count: int) -> float:
         return seen / elapsed
 
 
-def consume_confluent(bootstrap: str, topic: str, count: int) -> float:
+CONSUME_ROUNDS = 3
+UNTHROTTLED = {"queued.min.messages": 1_000_000, "fetch.queue.backoff.ms": 0,
+               "queued.max.messages.kbytes": 1_048_576}
+
+
+def consume_confluent(bootstrap: str, topic: str, count: int, config=UNTHROTTLED) -> float:
+    """librdkafka reading ``count`` messages from the beginning (``config={}``: its defaults).
+
+    The clock starts before the first ``consume()``, as klog's starts before its first
+    record is asked for: both include the first fetch, and every message counted is timed
+    (it used to start after the first answer of up to 10,000 messages, which were counted
+    but not timed)."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-assign-only",
-                         "enable.auto.commit": False, "queued.min.messages": 1_000_000,
-                         "fetch.queue.backoff.ms": 0,
-                         "queued.max.messages.kbytes": 1_048_576})
+                         "enable.auto.commit": False, **config})
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in (0, 1)])
     seen = total_bytes = 0
-    start = None
+    start = time.perf_counter()
     while seen < count:
         messages = consumer.consume(10_000, timeout=10)
         if not messages:
             break
-        if start is None:
-            start = time.perf_counter()
         for message in messages:
             total_bytes += len(message.value())
         seen += len(messages)
@@ -190,11 +201,74 @@ def spy_on(title: str, run) -> None:
         print(f"  {100 * samples / max(total, 1):5.1f}%  {frame}")
 
 
+def measure_consume(bootstrap: str, topic: str, count: int, rounds: int):
+    """``rounds`` rounds on the filled ``topic``, each librdkafka (unthrottled, then at its
+    defaults) and klog at its defaults in turn: ``(rates, cpu_us)``, each ``{reader: [one
+    figure per round]}``. A round's order alternates, so neither client always reads after
+    the other has warmed the page cache. ``cpu_us`` is the CPU time this process spent per
+    message (every thread: librdkafka's own, and klog's one): on a machine shared with other
+    work the wall-clock rates swing with the load, the CPU per message much less."""
+    readers = {
+        "klog": lambda: consume_klog(bootstrap, topic, count),
+        "librdkafka unthrottled": lambda: consume_confluent(bootstrap, topic, count),
+        "librdkafka defaults": lambda: consume_confluent(bootstrap, topic, count, {}),
+    }
+    rates: dict[str, list[float]] = {name: [] for name in readers}
+    cpu_us: dict[str, list[float]] = {name: [] for name in readers}
+    for round_ in range(rounds):
+        order = list(readers) if round_ % 2 == 0 else list(readers)[::-1]
+        for name in order:
+            cpu0 = time.process_time()
+            rates[name].append(readers[name]())
+            cpu_us[name].append((time.process_time() - cpu0) * 1e6 / count)
+        print(f"consume round {round_ + 1}: " + ", ".join(
+            f"{name} {rates[name][-1]:,.0f} ({cpu_us[name][-1]:.2f} us CPU/msg)"
+            for name in readers), flush=True)
+    return rates, cpu_us
+
+
+def print_consume(count: int, rates, cpu_us) -> None:
+    """The medians of :func:`measure_consume`'s rounds, and of the per-round ratios."""
+    ours = rates["klog"]
+    print(f"\nconsume {count:,} messages of 200 B, {len(ours)} rounds, medians "
+          f"({os.cpu_count()} cores)")
+    for name, values in rates.items():
+        line = (f"  {name:<24}{statistics.median(values):>12,.0f} msg/s"
+                f"{statistics.median(cpu_us[name]):>7.2f} us CPU/msg")
+        if name != "klog":
+            ratios = [a / b for a, b in zip(ours, values)]
+            line += (f"   klog/this: median {statistics.median(ratios):.2f}"
+                     f" (min {min(ratios):.2f}, max {max(ratios):.2f})")
+        print(line)
+
+
+def consume_rounds(rounds: int, count: int) -> None:
+    """The consume rows alone (``--consume-rounds``): an appliance, the topic filled once,
+    :func:`measure_consume`, every round printed, then the medians."""
+    with tempfile.TemporaryDirectory() as tmp:
+        appliance = Appliance(Path(tmp), log_dirs=2,
+                              settings={"log.segment.bytes": str(1 << 30)})
+        appliance.start()
+        try:
+            with klog.Admin(appliance.bootstrap) as admin:
+                admin.create_topic("consume", 2)
+            fill(appliance.bootstrap, "consume", count)
+            rates, cpu_us = measure_consume(appliance.bootstrap, "consume", count, rounds)
+        finally:
+            appliance.stop()
+    print_consume(count, rates, cpu_us)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--consume-rounds", type=int, default=0, metavar="N",
+                        help="only the consume rows: N alternating rounds of each, medians")
     args = parser.parse_args()
+    if args.consume_rounds:
+        consume_rounds(args.consume_rounds, 1_000_000 if args.quick else 3_000_000)
+        return
     produce_count = 300_000 if args.quick else 2_000_000
     consume_count = 1_000_000 if args.quick else 10_000_000
     rows = []
@@ -230,9 +304,12 @@ def main() -> None:
                          produce_one_at_a_time(bs, "java-batches", produce_count // 2,
                                                batch_size=16_384), theirs, None))
             fill(bs, "consume", consume_count)
-            theirs = consume_confluent(bs, "consume", consume_count)
-            ours = consume_klog(bs, "consume", consume_count)
-            rows.append((f"consume {consume_count:,} messages", ours, theirs, 1_000_000))
+            rates, cpu_us = measure_consume(bs, "consume", consume_count, CONSUME_ROUNDS)
+            ours = statistics.median(rates["klog"])
+            rows.append((f"consume {consume_count:,}, both at defaults (aim 1.0x)", ours,
+                         statistics.median(rates["librdkafka defaults"]), None))
+            rows.append((f"consume {consume_count:,}, librdkafka unthrottled", ours,
+                         statistics.median(rates["librdkafka unthrottled"]), 1_000_000))
             print(f"broker CPU s per 100k msgs produced: klog {cpu_ours * 1e5 / produce_count:.2f}"
                   f", librdkafka {cpu_theirs * 1e5 / produce_count:.2f}")
             if args.profile:
@@ -243,6 +320,7 @@ def main() -> None:
                        lambda: produce_batches(bs, "batch", produce_count, **SAME))
         finally:
             appliance.stop()
+    print_consume(consume_count, rates, cpu_us)
     print(f"\n200-byte messages, one client process, two-worker appliance, "
           f"{os.cpu_count()} cores")
     print(f"{'figure':<56}{'klog msg/s':>12}{'librdkafka':>12}{'ratio':>7}{'aim':>11}")

@@ -33,10 +33,12 @@ from klog.consumer.base import (
     as_offsets_and_timestamps,
     check_timestamps,
 )
+from klog.consumer.consumer_machine import ConsumerProtocol
 from klog.consumer.cursor import Cursor
 from klog.consumer.group import Assign, CommitDone, Revoke
 from klog.errors import KafkaTimeoutError, KlogError
 from klog.outgoing import deliver
+from klog.protocol.records_columns import RecordColumns
 from klog.tls import ssl_context_of
 from klog.types import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 
@@ -134,8 +136,20 @@ class AIOConsumer(ConsumerBase):
     async def poll(self, timeout_ms: int = 0, max_records: int | None = None
                    ) -> dict[TopicPartition, list[ConsumerRecord]]:
         """As `klog.Consumer.poll`."""
-        self._check_open()
         limit = max_records or self.config.max_poll_records
+        return await self._poll_for(lambda core: core.take_records(limit), timeout_ms)
+
+    async def poll_columns(self, timeout_ms: int = 0) -> dict[TopicPartition, RecordColumns]:
+        """As `klog.Consumer.poll_columns`: every buffered fetch as columns, one
+        `RecordColumns` per partition (no Python object per record, no ``max_records``
+        limit, raw keys and values)."""
+        return await self._poll_for(lambda core: core.take_columns(), timeout_ms)
+
+    async def _poll_for(self, take: Callable[[ConsumerProtocol], dict],
+                        timeout_ms: int) -> dict:
+        """Drive the network until ``take(core)`` gives something or ``timeout_ms`` passed
+        (the blocking consumer's loop, awaited)."""
+        self._check_open()
         deadline = time.monotonic() + timeout_ms / 1000
         self._finish_cursor()
         self._polled(_now_ms())
@@ -143,10 +157,10 @@ class AIOConsumer(ConsumerBase):
         pumped = False
         while True:
             await self._run_events()
-            records = core.take_records(limit)
-            if records:
-                await self._pump(0)
-                return records
+            taken = take(core)
+            if taken:
+                await self._pump(0)  # pipelining: the next fetch goes out before we return
+                return taken
             core.raise_pending()
             remaining = deadline - time.monotonic()
             if remaining <= 0 and pumped:
@@ -170,9 +184,11 @@ class AIOConsumer(ConsumerBase):
                 if chunk is None:
                     return
                 cursor = self._cursor = Cursor(*chunk)
+                del chunk
                 for record in cursor.iterator:
                     yield record
-                self._cursor = None
+                # the chunk handed out is done: free it before the next is decoded
+                self._cursor = cursor = record = None
         finally:
             self._stream = self._cursor = None
 

@@ -206,10 +206,12 @@ class Consumer(ConsumerBase):
     def _chunk_iterators(self) -> Iterator[Iterator[ConsumerRecord]]:
         try:
             while True:
+                self._cursor = None  # the chunk handed out is done: free it before the next
                 chunk = self._next_chunk(self.config.consumer_timeout_ms)
                 if chunk is None:
                     return
                 self._cursor = Cursor(*chunk)
+                del chunk
                 yield self._cursor.iterator
         finally:
             self._stream = self._cursor = None

@@ -97,7 +97,14 @@ def drop_aborted(data: bytes, aborted) -> bytes:
 
 def decode(fetch: CompletedFetch, *, check_crcs: bool = True,
            key_deserializer=None, value_deserializer=None) -> list[ConsumerRecord]:
-    """The records of ``fetch`` at or after its fetch offset. Raises CorruptBatchError."""
+    """The records of ``fetch`` at or after its fetch offset. Raises CorruptBatchError.
+
+    Pausing the cyclic GC while a fetch is decoded was tried (issue 26) and measured slower
+    in the consumer (0.78 against 0.66 us of CPU per record), probably because the paused
+    allocations make a young collection due as soon as the GC is back, which then finds the
+    whole fetch alive and promotes it. What helps is that the previous chunk is freed
+    before the next is decoded (the iterators do it): collections during a decode then find
+    little alive."""
     return _decode(fetch, check_crcs, key_deserializer, value_deserializer)
 
 
