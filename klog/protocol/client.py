@@ -84,6 +84,11 @@ class ClientConnection:
     def receive_data(self, data: bytes) -> None:
         self._frames.receive_data(data)
 
+    def take_partial_frame(self, min_size: int):
+        """``FrameBuffer.take_partial``: a large response's start, to finish receiving it
+        into its own buffer and hand it to ``response_of``."""
+        return self._frames.take_partial(min_size)
+
     def next_response(self) -> tuple[int, Any] | NeedData:
         """``(correlation_id, decoded body)`` of the oldest request in flight, or NEED_DATA.
         Raises a ProtocolError subclass (see the module docstring)."""

@@ -70,6 +70,24 @@ class FrameBuffer:
         return _view(buf, start, end)
 
 
+    def take_partial(self, min_size: int) -> tuple[int, memoryview] | None:
+        """When what is buffered is the start of one frame of at least ``min_size`` bytes,
+        not all here: ``(size, the part of its content here)``, and the buffer forgets it.
+        The caller then receives the rest straight into a buffer of the frame's size (one
+        copy of the large part, not the two of assembling and slicing here) and hands the
+        whole content to ``ClientConnection.response_of``. None otherwise (call it after
+        ``next_frame`` said None: the size prefix is checked there)."""
+        buf, pos = self._buf, self._pos
+        if len(buf) - pos < 4:
+            return None
+        size = INT32.unpack_from(buf, pos)[0]
+        if size < min_size or pos + 4 + size <= len(buf):
+            return None
+        head = memoryview(buf)[pos + 4 :]
+        self._buf, self._pos = b"", 0
+        return size, head
+
+
 def _view(buf: Any, start: int, end: int) -> memoryview:
     if isinstance(buf, bytes):
         return memoryview(buf)[start:end]
