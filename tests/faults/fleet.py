@@ -58,9 +58,10 @@ SMALL_SEGMENTS = {"log.segment.bytes": str(4 << 20), "log.index.size.max.bytes":
 # seconds after an appliance returns, for every partition led elsewhere (Kafka's defaults,
 # 300 s and 10 % per node, would do it at a moment no test chooses, or never for the last
 # few partitions of a node): each test starts with the leaders where the assignment puts
-# them, and every return of an appliance moves leaders back under the workload.
+# them, and every return of an appliance moves leaders back under the workload. Every
+# `wait_whole` waits for that check (about 15 times in the module): 2 s, not 5.
 PREFERRED_LEADERS = {"auto.leader.rebalance.enable": "true",
-                     "leader.imbalance.check.interval.seconds": "5",
+                     "leader.imbalance.check.interval.seconds": "2",
                      "leader.imbalance.per.broker.percentage": "0"}
 # tracebacks that are CPython's, not ours: (words that all appear in one)
 CPYTHON_QUIRKS = [

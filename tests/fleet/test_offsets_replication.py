@@ -44,6 +44,9 @@ TOPIC = "tracked"
 PARTITIONS = 3
 PER_PARTITION = 4000
 BATCH = 20  # records per poll, each poll's positions committed at once
+# after the kill, the new members only have to resume and read to the end: larger polls (the
+# commits around the kill are the first members' story, at BATCH)
+RESUME_BATCH = 500
 LAG_MS = 5000  # replica.lag.time.max.ms: stopped followers leave the ISR soon
 FLEET = FleetSpec("/klog-offsets", log_dirs=1, settings={
     "offsets.topic.num.partitions": str(OFFSETS_PARTITIONS),
@@ -101,11 +104,12 @@ class Member(threading.Thread):
     """One group member in a thread: polls at most BATCH records, then commits the positions
     they reach (synchronously); remembers what it consumed, every commit it attempted and
     the last one answered without error, per partition. `pause` stops it between polls
-    (`idle` says it has stopped); `stop` closes the consumer."""
+    (`idle` says it has stopped); `stop` closes the consumer. `batch`: records per poll."""
 
-    def __init__(self, client: str, bootstrap: str, group: str):
+    def __init__(self, client: str, bootstrap: str, group: str, batch: int = BATCH):
         super().__init__(daemon=True)
         self.client, self.bootstrap, self.group = client, bootstrap, group
+        self.batch = batch
         self.consumed: dict[int, set[int]] = {p: set() for p in range(PARTITIONS)}
         self.first: dict[int, int] = {}  # partition -> first offset this member read
         self.attempted: dict[int, int] = {}
@@ -151,17 +155,17 @@ class Member(threading.Thread):
         return KafkaConsumer(TOPIC, bootstrap_servers=self.bootstrap, group_id=self.group,
                              enable_auto_commit=False, auto_offset_reset="earliest",
                              session_timeout_ms=6000, heartbeat_interval_ms=1000,
-                             max_poll_records=BATCH)
+                             max_poll_records=self.batch)
 
     def _poll(self, consumer) -> dict[int, int]:
         positions: dict[int, int] = {}
         if self.client == "confluent":
-            for message in consumer.consume(BATCH, timeout=0.5):
+            for message in consumer.consume(self.batch, timeout=0.5):
                 if message.error() is None:
                     self._note(message.partition(), message.offset())
                     positions[message.partition()] = message.offset() + 1
         else:
-            for records in consumer.poll(timeout_ms=500, max_records=BATCH).values():
+            for records in consumer.poll(timeout_ms=500, max_records=self.batch).values():
                 for record in records:
                     self._note(record.partition, record.offset)
                     positions[record.partition] = record.offset + 1
@@ -263,7 +267,7 @@ def test_committed_offsets_survive_the_coordinators_appliance(fleet, zk):
     old = members
 
     # new members resume from the committed offsets, and read to the end
-    members = {client: Member(client, survivors[1].bootstrap, group)
+    members = {client: Member(client, survivors[1].bootstrap, group, RESUME_BATCH)
                for client, group in groups.items()}
     for member in members.values():
         member.start()
