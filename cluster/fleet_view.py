@@ -13,6 +13,7 @@ command line).
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass, field
 
@@ -155,6 +156,22 @@ def _election(data: bytes) -> znodes.PreferredElection:
         return znodes.PreferredElection(())
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _state_of(data: bytes) -> znodes.PartitionState:
+    return znodes.PartitionState.decode(data, "a partition state")
+
+
+def _decoded_state(data: bytes, path: str) -> znodes.PartitionState:
+    """A state znode's content decoded once per distinct bytes: every pass builds the whole
+    snapshot again, and decoding 10,000 unchanged states each time was most of a pass's
+    cost (PartitionState is frozen, so one instance may stand for many). A node that does
+    not parse is decoded again to raise naming its path."""
+    try:
+        return _state_of(data)
+    except znodes.ZnodeError:
+        return znodes.PartitionState.decode(data, path)
+
+
 def _read_states(reads, assignments: dict, configs: dict) -> dict[str, TopicState]:
     wanted = [(name, partition) for name, (assignment, _) in assignments.items()
               for partition in assignment.partitions]
@@ -163,8 +180,7 @@ def _read_states(reads, assignments: dict, configs: dict) -> dict[str, TopicStat
     for (name, partition), got in zip(wanted, found):
         if got is not None:
             path = znodes.state_path(name, partition)
-            states[name][partition] = (znodes.PartitionState.decode(got[0], path),
-                                       got[1].version)
+            states[name][partition] = (_decoded_state(got[0], path), got[1].version)
     return {name: TopicState(name, assignment.partitions, version, states[name],
                              _config(configs, name), assignment.adding, assignment.removing)
             for name, (assignment, version) in assignments.items()}
