@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import resource
+import shutil
 import sys
 import tempfile
 import time
@@ -88,11 +89,13 @@ def wait_led(read, size: int, dead: set[int], timeout_s: float) -> float:
     raise RuntimeError(f"not every partition led after {timeout_s} s")
 
 
-def run(size: int, rounds: int, nofile: int) -> dict:
-    with tempfile.TemporaryDirectory(prefix="bench-fleet-many-") as tmp:
+def run(size: int, rounds: int, nofile: int, settings: dict[str, str],
+        logs: str | None = None) -> dict:
+    with tempfile.TemporaryDirectory(prefix="bench-fleet-many-",
+                                     ignore_cleanup_errors=True) as tmp:
         root = Path(tmp)
         ensemble = Ensemble(root / "zk").start()
-        fleet = [fleet_appliance(ensemble, root, "/many", b, settings=SETTINGS)
+        fleet = [fleet_appliance(ensemble, root, "/many", b, settings=settings)
                  for b in (1, 2, 3)]
         for appliance in fleet:
             appliance.command_prefix = ("prlimit", f"--nofile={nofile}:{nofile}")
@@ -118,17 +121,21 @@ def run(size: int, rounds: int, nofile: int) -> dict:
             survivor = next(a for a in fleet if a is not victim)
             dead = {controller}
             t = time.perf_counter()
+            print(f"kill -9 of appliance {controller} at {time.time():.3f}", flush=True)
             kill_appliance(victim)
-            zk_s = wait_led(lambda: zk_leaders(zk, topics), size, dead, 600)
-            zk_s += 0  # measured from the kill
-            zk_s = time.perf_counter() - t
-            md_s = wait_led(lambda: metadata_leaders(survivor.bootstrap), size, dead, 600)
+            wait_led(lambda: zk_leaders(zk, topics), size, dead, 600)
+            zk_s = time.perf_counter() - t  # from the kill
+            wait_led(lambda: metadata_leaders(survivor.bootstrap), size, dead, 600)
             md_s = time.perf_counter() - t
             new_controller = controller_and_epoch(zk)[0]
             t = time.perf_counter()
             victim.start(timeout_s=600)
             restart_s = time.perf_counter() - t
             after = worker_figures(victim)
+            result = dict(size=size, created_s=created_s, led_s=led_s, metadata_ms=md_ms,
+                          idle=idle, controller=controller, new_controller=new_controller,
+                          zk_s=zk_s, md_s=md_s, restart_s=restart_s, after=after)
+            report(result)  # before the stop and clean-up, which may take long
         except Exception:
             for appliance in fleet:
                 print(appliance.log_text()[-3000:], file=sys.stderr)
@@ -138,16 +145,21 @@ def run(size: int, rounds: int, nofile: int) -> dict:
                 zk.stop()
             for appliance in fleet:
                 appliance.stop()
+            if logs is not None:  # the appliances' logs, kept for reading the timeline
+                Path(logs).mkdir(parents=True, exist_ok=True)
+                for i, appliance in enumerate(fleet, 1):
+                    shutil.copy(appliance.stderr_path, Path(logs) / f"fleet-{size}-a{i}.log")
             ensemble.close()
-    return dict(size=size, created_s=created_s, led_s=led_s, metadata_ms=md_ms, idle=idle,
-                controller=controller, new_controller=new_controller, zk_s=zk_s, md_s=md_s,
-                restart_s=restart_s, after=after)
+    return result
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", default="1000,10000")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--fetch-wait-ms", type=int, default=None,
+                        help="replica.fetch.wait.max.ms (default: the appliance's, 500)")
+    parser.add_argument("--logs", help="a directory to keep the appliances' logs in")
     parser.add_argument("--nofile", type=int,
                         default=resource.getrlimit(resource.RLIMIT_NOFILE)[1])
     args = parser.parse_args()
@@ -156,18 +168,24 @@ def main() -> None:
     print(f"{'partitions':>10} {'create s':>9} {'all led s':>9} {'metadata ms':>12} "
           f"{'kill->zk led s':>14} {'->metadata s':>12} {'beyond session s':>16} "
           f"{'restart s':>9}", flush=True)
+    settings = dict(SETTINGS)
+    if args.fetch_wait_ms is not None:
+        settings["replica.fetch.wait.max.ms"] = str(args.fetch_wait_ms)
+        print(f"replica.fetch.wait.max.ms={args.fetch_wait_ms}", flush=True)
     for s in args.sizes.split(","):
-        r = run(int(s), args.rounds, args.nofile)
-        print(f"{r['size']:>10} {r['created_s']:>9.2f} {r['led_s']:>9.2f} "
-              f"{r['metadata_ms']:>12.1f} {r['zk_s']:>14.2f} {r['md_s']:>12.2f} "
-              f"{r['md_s'] - SESSION_MS / 1000:>16.2f} {r['restart_s']:>9.2f}", flush=True)
-        print(f"{'':>10} controller {r['controller']} killed, {r['new_controller']} took over;"
-              f" per worker idle (fds / RSS MB / maps): " + "; ".join(
-                  "  ".join(f"{f}/{m:.0f}/{n}" for f, m, n in a) for a in r["idle"]),
-              flush=True)
-        print(f"{'':>10} the killed appliance restarted: " + "  ".join(
-            f"{f}/{m:.0f}/{n}" for f, m, n in r["after"]), flush=True)
+        run(int(s), args.rounds, args.nofile, settings, args.logs)
 
+
+def report(r: dict) -> None:
+    print(f"{r['size']:>10} {r['created_s']:>9.2f} {r['led_s']:>9.2f} "
+          f"{r['metadata_ms']:>12.1f} {r['zk_s']:>14.2f} {r['md_s']:>12.2f} "
+          f"{r['md_s'] - SESSION_MS / 1000:>16.2f} {r['restart_s']:>9.2f}", flush=True)
+    print(f"{'':>10} controller {r['controller']} killed, {r['new_controller']} took over;"
+          f" per worker idle (fds / RSS MB / maps): " + "; ".join(
+              "  ".join(f"{f}/{m:.0f}/{n}" for f, m, n in a) for a in r["idle"]),
+          flush=True)
+    print(f"{'':>10} the killed appliance restarted: " + "  ".join(
+        f"{f}/{m:.0f}/{n}" for f, m, n in r["after"]), flush=True)
 
 if __name__ == "__main__":
     main()
