@@ -120,7 +120,13 @@ def reconcile(writer: FencedWriter, snapshot: FleetSnapshot, *,
     writes = 0
     for name in sorted(snapshot.deleting):
         writes += _delete_topic(writer, snapshot.topics.get(name), name)
-    settled = []  # (path, new state, version): one pipelined round trip for all of them
+    # (path, new state, version) of the partitions whose leader changes, and of the rest.
+    # When an appliance dies, every partition it held a replica of needs a write (with
+    # replication factor 3 on three appliances: all of them), but only those it led are
+    # unavailable until theirs lands; the writes go in pipelined chunks
+    # (`Session.PIPELINE_CHUNK`), so with the elections first every partition is led after a
+    # third of the writes, not all of them (issue 26)
+    moving, shrinking = [], []
     for name, topic in sorted(snapshot.topics.items()):
         if name in snapshot.deleting:
             continue
@@ -133,8 +139,10 @@ def reconcile(writer: FencedWriter, snapshot: FleetSnapshot, *,
                 change = _settle_partition(writer, topic, partition, replicas, live,
                                            shutting, unclean)
                 if change is not None:
-                    settled.append(change)
-    writes += sum(1 for error in write_states(writer, settled) if error is None)
+                    leader = topic.states[partition][0].leader
+                    (moving if change[1].leader != leader else shrinking).append(change)
+    # the leader elections first, then the ISR shrinks: one pipelined round trip per chunk
+    writes += sum(1 for error in write_states(writer, moving + shrinking) if error is None)
     return writes + advance_reassignments(writer, snapshot)
 
 

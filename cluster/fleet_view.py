@@ -13,6 +13,7 @@ command line).
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass, field
 
@@ -72,13 +73,15 @@ def _children(reads, path: str) -> list[str]:
         return []
 
 
-def read_fleet(session: Session, watch) -> FleetSnapshot:
-    """A fresh read of every node (watched with `watch` when given). Raises
-    ZooKeeperUnavailable."""
-    return read_snapshot(DirectReads(session, watch))
+def read_fleet(session: Session, watch, *, states: bool = True) -> FleetSnapshot:
+    """A fresh read of every node (watched with `watch` when given). Without `states`, no
+    partition state is read (every `TopicState.states` empty): placing a new topic needs
+    the assignments only, and reading 10,000 states per CreateTopics made creating many
+    topics grow with the square of the partitions. Raises ZooKeeperUnavailable."""
+    return read_snapshot(DirectReads(session, watch), states=states)
 
 
-def read_snapshot(reads) -> FleetSnapshot:
+def read_snapshot(reads, *, states: bool = True) -> FleetSnapshot:
     """One consistent-enough pass over the fleet's znodes through `reads` (`DirectReads` or
     `WatchedReads`), in a few pipelined round trips at most (lists, then the nodes they
     name, then every partition's state). Raises ZooKeeperUnavailable."""
@@ -124,7 +127,13 @@ def read_snapshot(reads) -> FleetSnapshot:
     election = None
     if election_node is not None:
         election = (_election(election_node[0]), election_node[1].version)
-    topics = _read_states(reads, assignments, configs)
+    if states:
+        topics = _read_states(reads, assignments, configs)
+    else:
+        topics = {name: TopicState(name, assignment.partitions, version, {},
+                                   _config(configs, name), assignment.adding,
+                                   assignment.removing)
+                  for name, (assignment, version) in assignments.items()}
     request, request_version, request_error = None, -1, None
     if request_node is not None:
         request_version = request_node[1].version
@@ -147,6 +156,22 @@ def _election(data: bytes) -> znodes.PreferredElection:
         return znodes.PreferredElection(())
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _state_of(data: bytes) -> znodes.PartitionState:
+    return znodes.PartitionState.decode(data, "a partition state")
+
+
+def _decoded_state(data: bytes, path: str) -> znodes.PartitionState:
+    """A state znode's content decoded once per distinct bytes: every pass builds the whole
+    snapshot again, and decoding 10,000 unchanged states each time was most of a pass's
+    cost (PartitionState is frozen, so one instance may stand for many). A node that does
+    not parse is decoded again to raise naming its path."""
+    try:
+        return _state_of(data)
+    except znodes.ZnodeError:
+        return znodes.PartitionState.decode(data, path)
+
+
 def _read_states(reads, assignments: dict, configs: dict) -> dict[str, TopicState]:
     wanted = [(name, partition) for name, (assignment, _) in assignments.items()
               for partition in assignment.partitions]
@@ -155,13 +180,13 @@ def _read_states(reads, assignments: dict, configs: dict) -> dict[str, TopicStat
     for (name, partition), got in zip(wanted, found):
         if got is not None:
             path = znodes.state_path(name, partition)
-            states[name][partition] = (znodes.PartitionState.decode(got[0], path),
-                                       got[1].version)
-    topics = {}
-    for name, (assignment, version) in assignments.items():
-        path = znodes.topic_config_path(name)
-        config = znodes.TopicConfig.decode(configs[name][0], path).config \
-            if name in configs else {}
-        topics[name] = TopicState(name, assignment.partitions, version, states[name], config,
-                                  assignment.adding, assignment.removing)
-    return topics
+            states[name][partition] = (_decoded_state(got[0], path), got[1].version)
+    return {name: TopicState(name, assignment.partitions, version, states[name],
+                             _config(configs, name), assignment.adding, assignment.removing)
+            for name, (assignment, version) in assignments.items()}
+
+
+def _config(configs: dict, name: str) -> dict[str, str]:
+    if name not in configs:
+        return {}
+    return znodes.TopicConfig.decode(configs[name][0], znodes.topic_config_path(name)).config

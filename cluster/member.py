@@ -250,7 +250,8 @@ class ClusterMember:
                      configs: dict[str, str], *, validate_only: bool = False) -> AdminResult:
         """Place and write a new topic; wait (bounded) until its leaders are elected."""
         try:
-            snapshot = read_fleet(self.session, self.wake)  # now, not as of the last pass
+            # now, not as of the last pass; the assignments only (no partition state)
+            snapshot = read_fleet(self.session, self.wake, states=False)
         except ZooKeeperUnavailable as exc:
             return AdminResult(ErrorCode.REQUEST_TIMED_OUT,
                                f"ZooKeeper is unreachable, the topic was not created: {exc}")
@@ -289,7 +290,7 @@ class ClusterMember:
         (bounded) until the controller has elected the new partitions' leaders."""
         for _ in range(3):
             try:
-                snapshot = read_fleet(self.session, self.wake)
+                snapshot = read_fleet(self.session, self.wake, states=False)
             except ZooKeeperUnavailable as exc:
                 return AdminResult(ErrorCode.REQUEST_TIMED_OUT,
                                    f"ZooKeeper is unreachable, no partitions were added: {exc}")

@@ -68,6 +68,9 @@ class RegistrationConflict(RuntimeError):
 
 
 UNAVAILABLE = (ConnectionLoss, SessionExpiredError, OperationTimeoutError, KazooTimeoutError)
+# requests pipelined under one request timeout: a chunk of this many answers in well under a
+# second even on a busy machine (get_many, transactions)
+PIPELINE_CHUNK = 1000
 
 
 class _Gathered:
@@ -224,7 +227,16 @@ class Session:
     def get_many(self, paths: list[str], watch=None) -> list[tuple[bytes, object] | None]:
         """`(data, stat)` of each path, None for a missing one (watched for its creation when
         `watch` is given). The requests are pipelined on the session's connection, so a
-        fleet of many partitions is read in a few round trips instead of one per node."""
+        fleet of many partitions is read in a few round trips instead of one per node; in
+        chunks of PIPELINE_CHUNK, each with the request timeout of its own: the timeout
+        tells an unreachable ensemble, and 10,000 partition states take longer than it on a
+        busy machine (issue 26: every fleet pass failed with KazooTimeoutError)."""
+        out = []
+        for start in range(0, len(paths), PIPELINE_CHUNK):
+            out += self._get_chunk(paths[start:start + PIPELINE_CHUNK], watch)
+        return out
+
+    def _get_chunk(self, paths: list[str], watch) -> list[tuple[bytes, object] | None]:
         def start_all():
             return [self.client.get_async(path, watch=watch) for path in paths]
         results = self._retrying(lambda: _Gathered(start_all()), "get")
@@ -263,14 +275,18 @@ class Session:
         """Commit one multi per `build`, pipelined on the connection (one round trip for
         all, not one each); each multi's results, as `transaction` returns them. A multi
         stands alone: ZooKeeper applies or refuses each one whole, in the order given."""
-        def commit_all():
+        def commit_all(chunk):
             pending = []
-            for build in builds:
+            for build in chunk:
                 tx = self._transaction()
                 build(tx)
                 pending.append(tx.commit_async())
             return _Gathered(pending)
-        return self._retrying(commit_all, "multi") if builds else []
+        out = []
+        for start in range(0, len(builds), PIPELINE_CHUNK):  # a timeout each, as get_many
+            chunk = builds[start:start + PIPELINE_CHUNK]
+            out += self._retrying(lambda c=chunk: commit_all(c), "multi")
+        return out
 
     def _transaction(self):
         tx = self.client.transaction()

@@ -11,6 +11,7 @@ readable (`pump`). The message vocabulary is in `appliance.control.channel`.
 from __future__ import annotations
 
 import dataclasses
+import select
 import socket
 from collections.abc import Callable
 
@@ -57,6 +58,10 @@ class ControlPlaneClient:
 
     def __init__(self, sock: socket.socket, *, defaults: LogConfig, default_partitions: int):
         self.sock = sock
+        self._kept: list[bytes] = []  # read by `tell` while its send waited, not handled yet
+        # called after `tell` kept bytes: the worker's loop then pumps (its reader callback
+        # would not fire for bytes already read)
+        self.on_kept: Callable[[], None] | None = None
         self.defaults = defaults
         self.default_partitions = default_partitions
         self.cluster_id = ""
@@ -159,15 +164,51 @@ class ControlPlaneClient:
 
     def tell(self, message: Request | Ready) -> None:
         """Send a message (a request, or `Ready` that needs no reply). Whole, even on the
-        loop's non-blocking socket: a part sent alone would garble the channel."""
+        loop's non-blocking socket: a part sent alone would garble the channel.
+
+        While the supervisor cannot take more, what it sends meanwhile is read and kept,
+        not handled (the caller may be walking its partitions): the supervisor may itself
+        be blocked sending to us. Both sides blocked in a full send was a deadlock that the
+        heartbeat watchdog ended 30 s later by killing the worker (issue 26: 10,000
+        partitions, ISR changes asked while whole-topic broadcasts came). `pump` and the
+        blocking waits handle the kept bytes first; `on_kept` asks the loop for a pump."""
+        data = memoryview(encode(message))
         blocking = self.sock.getblocking()
-        self.sock.setblocking(True)
+        self.sock.setblocking(False)
+        kept = False
         try:
-            self.sock.sendall(encode(message))
+            while data:
+                try:
+                    data = data[self.sock.send(data):]
+                except BlockingIOError:
+                    readable, _, _ = select.select([self.sock], [self.sock], [])
+                    if readable:
+                        kept = self._keep_incoming() or kept
         except OSError as exc:
             raise ControlChannelError(f"supervisor is gone: {exc}") from None
         finally:
             self.sock.setblocking(blocking)
+        if kept and self.on_kept is not None:
+            self.on_kept()
+
+    def _keep_incoming(self) -> bool:
+        try:
+            chunk = self.sock.recv(1 << 16)
+        except BlockingIOError:
+            return False
+        if not chunk:
+            raise ControlChannelError("supervisor closed the control channel")
+        self._kept.append(chunk)
+        return True
+
+    def _consume_kept(self) -> bool:
+        """Handle the bytes `tell` kept, in order; False if there were none."""
+        if not self._kept:
+            return False
+        data = b"".join(self._kept)
+        self._kept.clear()
+        self._consume(data)
+        return True
 
     def _numbered(self, request: Request) -> Request:
         self._next_id += 1
@@ -195,6 +236,8 @@ class ControlPlaneClient:
         return reply
 
     def _receive_blocking(self) -> None:
+        if self._consume_kept():
+            return
         data = self.sock.recv(1 << 16)
         if not data:
             raise ControlChannelError("supervisor closed the control channel")
@@ -202,6 +245,7 @@ class ControlPlaneClient:
 
     def pump(self) -> None:
         """Read what has arrived without blocking (the event loop's reader callback)."""
+        self._consume_kept()
         while True:
             try:
                 data = self.sock.recv(1 << 16)

@@ -80,6 +80,7 @@ class FleetRelay:
         self._nodes: dict[int, FleetNode] | None = None  # None: no view yet
         self.controller_node_id = -1
         self.node_configs: dict[int, dict[str, str]] = {}
+        self._refreshed: FleetView | None = None  # the view the listeners were told of
         self._listeners: list[TopicListener] = []
         self._fleet_listeners: list[FleetListener] = []
 
@@ -164,6 +165,9 @@ class FleetRelay:
         """Apply the fleet's current view: tell listeners what changed, in the appliance's
         terms. Cheap when nothing changed (one snapshot, dict comparisons)."""
         view: FleetView = self.fleet.view()
+        if view is self._refreshed:  # the same view as last time: nothing changed
+            return
+        self._refreshed = view
         nodes = dict(view.nodes)  # each with its registered rack (broker.rack, or None)
         controller = (view.controller_id * NODES_PER_APPLIANCE
                       if view.controller_id >= 0 else -1)

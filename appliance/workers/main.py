@@ -84,6 +84,7 @@ async def _serve(worker: Worker, sock, control: ControlPlaneClient, region) -> i
 
     control.sock.setblocking(False)
     loop.add_reader(control.sock.fileno(), pump_control)
+    control.on_kept = lambda: loop.call_soon(pump_control)
     await worker.serve(sock)
     heartbeat = asyncio.ensure_future(_beat(region, worker.index))
     region.worker_serving(worker.index)

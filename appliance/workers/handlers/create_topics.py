@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import logging
+
+from appliance.control.topics import topic_log_config
 from appliance.descriptor_limits import room_for
+from appliance.disk_room import room_for as disk_room_for
+from appliance.segments.errors import StorageError
 from appliance.workers import access
 from appliance.workers.handler_context import HandlerContext
 from klog.protocol.apis import create_topics
 from klog.protocol.error_codes import ErrorCode
 
 API_KEY = create_topics.SPEC.key
+log = logging.getLogger(__name__)
 
 
 def _create(worker, topic, validate_only):
@@ -23,13 +29,27 @@ def _create(worker, topic, validate_only):
         # this worker's share of the new logs must find descriptors (issue 26), checked
         # before anything is decided so that a refusal changes nothing
         workers = max(len(worker.config.log_dirs), 1)
-        short = room_for(-(-topic.num_partitions // workers))
+        share = -(-topic.num_partitions // workers)
+        short = room_for(share) or _disk_short(worker, share, configs)
         if short is not None:
             return ErrorCode.KAFKA_STORAGE_ERROR, short
-    result = worker.control.create_topic(
-        topic.name, topic.num_partitions, topic.replication_factor, configs,
-        validate_only=validate_only)
+    try:
+        result = worker.control.create_topic(
+            topic.name, topic.num_partitions, topic.replication_factor, configs,
+            validate_only=validate_only)
+    except StorageError as exc:  # opening this worker's new logs failed (ENOSPC, EIO, ...)
+        log.error("CreateTopics %s: %s", topic.name, exc)
+        return ErrorCode.KAFKA_STORAGE_ERROR, str(exc)
     return result.error, result.message
+
+
+def _disk_short(worker, partitions_per_dir: int, configs: dict[str, str]) -> str | None:
+    """Why the log dirs cannot preallocate the new logs (disk_room.py), or None."""
+    try:
+        config = topic_log_config(worker.config.log_defaults, configs)
+    except ValueError:
+        return None  # a bad config: the controller's answer names it
+    return disk_room_for([str(d) for d in worker.config.log_dirs], partitions_per_dir, config)
 
 
 def handle(worker: HandlerContext, request):
