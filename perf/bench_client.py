@@ -275,7 +275,9 @@ def main() -> None:
                 for name in ("one", "batch", "defaults", "java-batches", "confluent", "consume"):
                     admin.create_topic(name, 2)
             bs = appliance.bootstrap
-            rows.extend(defaults_rounds(bs, args.rounds, produce_count // 2))
+            # several times buffer_memory (32 MiB: ~155k such records), so that the rate is
+            # the steady one and not the buffer's filling (the independent harness's million)
+            rows.extend(defaults_rounds(bs, args.rounds, 500_000 if args.quick else 1_000_000))
             pid = appliance.process.pid
             cpu0 = cpu_seconds(pid)
             theirs = produce_confluent(bs, "confluent", produce_count)
