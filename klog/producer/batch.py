@@ -111,7 +111,7 @@ class ProducerBatch:
 
     def _encode_segments(self, codec: int) -> bytes | None:
         """The bytes build_batch would make of ``_all_records()``, from the segments as they
-        are (the compiled ``encode_segments``: no tuple per value, the copy without the GIL),
+        are (the compiled ``encode_segments``: no tuple per value),
         or None for a shape it leaves to build_batch (headers, a value not bytes)."""
         records, segments = self.records, self.segments
         base_ts = records[0][0] if records else segments[0][0]

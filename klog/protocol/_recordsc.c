@@ -82,11 +82,12 @@ PyDoc_STRVAR(kept_records_doc,
 "none stay) and their largest timestamp; None when the pure path must answer.");
 
 PyDoc_STRVAR(encode_segments_doc,
-"encode_segments(records, segments, base_ts) -> (body, max_ts) | None\n\n"
+"encode_segments(records, segments, base_ts[, release_at]) -> (body, max_ts) | None\n\n"
 "A producer batch's records section: its record tuples, then its send_batch segments\n"
 "(timestamp, key, values, headers), as encode_records would encode them one tuple each\n"
 "(see _recordsc_segments.c); None for any shape but int timestamps, bytes or None keys and\n"
-"values and no headers.");
+"values and no headers. The copy runs without the GIL from release_at bytes (never unless\n"
+"given: see _recordsc_segments.c).");
 
 static PyMethodDef methods[] = {
     {"key_digest", (PyCFunction)(void (*)(void))klog_key_digest, METH_FASTCALL, key_digest_doc},

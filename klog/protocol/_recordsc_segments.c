@@ -1,13 +1,12 @@
 /* The records section of a producer batch made of record tuples and send_batch segments,
- * encoded without a tuple per record, mostly outside the GIL.
+ * encoded without a tuple per record.
  *
  * encode_segments(records, segments, base_ts) encodes what encode_records would encode for
  * records + [(ts, key, v, headers) for ts, key, values, headers in segments for v in values]
- * (klog/producer/batch.py's `_all_records`), in one pass that measures (with the GIL: it reads
- * Python objects) and one that writes (without it: only bytes already measured are copied,
- * and each is held by a reference taken in the first pass). Why: at send_batch's rate the
- * sender thread spent more time making the short-lived tuples than encoding them, and held the
- * GIL for the whole copy while the caller's thread waited for it.
+ * (klog/producer/batch.py's `_all_records`), in one pass that measures and one that writes
+ * (it may run without the GIL: only bytes already measured are copied, each held by a
+ * reference taken in the first pass; see RELEASE_AT). Why: at send_batch's rate the sender
+ * thread spent more time making the short-lived tuples than encoding them.
  *
  * Only the producer's plain shapes are handled: int timestamps, bytes (exactly) or None keys
  * and values, no headers (None or an empty list or tuple). Anything else answers None, and
@@ -93,14 +92,22 @@ static inline int four(PyObject *t, PyObject **f)
     return OK;
 }
 
-/* Below this many bytes the GIL's release and retake cost more than the copy. */
-#define RELEASE_AT (64 * 1024)
+/* The copy keeps the GIL unless a fourth argument says from how many bytes to release it:
+ * released for 1 MB batches, send_batch of 50 at the defaults went from 1.32M to 0.94M msg/s
+ * (median of 4 alternating rounds, same run): the sender, once done, waits for the caller's
+ * thread to give the GIL back (up to the 5 ms switch interval), with the requests it was
+ * about to send. Kept as an option for benchmarks to compare. */
+#define RELEASE_AT PY_SSIZE_T_MAX
 
 PyObject *klog_encode_segments(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    int64_t base_ts;
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "encode_segments takes 3 arguments");
+    int64_t base_ts, release_at = RELEASE_AT;
+    if (nargs != 3 && nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "encode_segments takes 3 or 4 arguments");
+        return NULL;
+    }
+    if (nargs == 4 && as_int64(args[3], &release_at) != OK) {
+        PyErr_SetString(PyExc_TypeError, "encode_segments: release_at must be an int");
         return NULL;
     }
     PyObject *records = args[0], *segments = args[1];
@@ -176,7 +183,7 @@ PyObject *klog_encode_segments(PyObject *self, PyObject *const *args, Py_ssize_t
         body = PyBytes_FromStringAndSize(NULL, total);
         if (body != NULL) {
             char *out = PyBytes_AS_STRING(body);
-            if (total >= RELEASE_AT) {
+            if (total >= release_at) {
                 Py_BEGIN_ALLOW_THREADS
                 for (Py_ssize_t k = 0; k < count; k++)
                     out = write_plain(out, &plain[k]);

@@ -43,7 +43,7 @@ SHAPES = {
     "timestamps going back": made(
         records=[(1_700_000_000_500, None, b"late", None)],
         segments=[(1_700_000_000_000, None, [b"early"], ())]),
-    "a large batch (written without the GIL)": made(
+    "a large batch": made(
         segments=[(1_700_000_000_000, None, [b"z" * 200] * 5_000, None)]),
     "transactional": made(segments=[(1_700_000_000_000, b"k", [b"1", b"2"], None)],
                           transactional=True),
@@ -80,3 +80,12 @@ def test_encode_gives_the_reference_bytes_on_either_path() -> None:
     for batch in SHAPES.values():
         batch.data = None
         assert batch.encode(0) == reference(batch)
+
+
+@compiled
+def test_the_copy_without_the_gil_writes_the_same_bytes() -> None:
+    batch = SHAPES["records then segments"]
+    records, segments = batch.records, batch.segments
+    base_ts = records[0][0]
+    held = batch_module._encode_segments(records, segments, base_ts)
+    assert batch_module._encode_segments(records, segments, base_ts, 0) == held
