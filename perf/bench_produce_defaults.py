@@ -246,17 +246,20 @@ def bench_clients(appliance: Appliance, worker: int, rounds: int, messages: int,
         ratios = [ours / theirs for ours, theirs, *_ in figures]
         print(f"  klog batch_size={name:<8} {min(r[0] for r in figures):10,.0f} – "
               f"{max(r[0] for r in figures):10,.0f} msg/s  ratio {min(ratios):.2f} – "
-              f"{max(ratios):.2f} (median {statistics.median(ratios):.2f}; aim >= 0.5)  "
+              f"{max(ratios):.2f} (median {statistics.median(ratios):.2f}; aim >= 0.9)  "
               f"worker {statistics.median(r[2] for r in figures):.0f} µs/request, client "
               f"{statistics.median(r[4] for r in figures):.2f} µs/msg; send_batch of 50 "
               f"{min(r[5] for r in figures):,.0f} – {max(r[5] for r in figures):,.0f} msg/s "
-              "(aim >= 1,000,000)")
+              "(aim >= 2,000,000)")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--messages", type=int, default=200_000)
+    # a million: several times buffer_memory (32 MiB, ~155k such records), so that the rate
+    # is the steady one; with 200,000 most of a run filled the buffer, and send_batch of 50
+    # read 0.81-0.90M msg/s here where a million-message harness read 0.30-0.38M (issue 26)
+    parser.add_argument("--messages", type=int, default=1_000_000)
     parser.add_argument("--batch-sizes", default="default",
                         help="klog batch sizes to compare, comma-separated ('default': none set)")
     parser.add_argument("--broker", action="store_true")
