@@ -14,7 +14,8 @@ setup(
         Extension(
             "klog.protocol._recordsc",
             ["klog/protocol/_recordsc.c", "klog/protocol/_recordsc_encode.c",
-             "klog/protocol/_recordsc_decode.c", "klog/protocol/_recordsc_keys.c"],
+             "klog/protocol/_recordsc_decode.c", "klog/protocol/_recordsc_keys.c",
+             "klog/protocol/_recordsc_segments.c"],
             depends=["klog/protocol/_recordsc.h"],
             extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra", "-Wno-unused-parameter"],
             optional=True,

@@ -2,10 +2,14 @@
 
 The paper's experiment on this machine, 200-byte messages, one client process:
 
-- first, both clients as a new user meets them (issue 14): klog's Producer at its defaults
-  (acks=all, idempotent, 1 MB batches) and confluent-kafka's Producer at its defaults, one
-  ``send()`` / ``produce()`` per message, to a one-partition topic each, in the same run; this
-  row is printed first;
+- first, both clients as a new user meets them (issues 14 and 26): klog's Producer at its
+  defaults (acks=all, idempotent, 1 MB batches) and confluent-kafka's Producer at its defaults,
+  one ``send()`` / ``produce()`` per message, to a fresh one-partition topic each, in rounds
+  that alternate the clients (``--rounds``, 3 by default: the machine's drift hits both alike);
+  each round also runs klog's pure-Python path (a child process with ``KLOG_PURE_PYTHON=1``,
+  the fallback where the compiled send and codec are not built) and ``send_batch`` of 50
+  values at the defaults. These rows are printed first, as the median of the rounds' ratios
+  (each round's ratio is to that round's librdkafka figure), with every round's figures;
 - producer, one message per ``send()`` (the paper's "batch 1"), and ``send_batch`` of 50
   (the paper's batches of 50); baseline: confluent-kafka (librdkafka) producing the same
   messages to the same appliance, one ``produce()`` each. Both clients: acks=1, linger 5 ms,
@@ -26,7 +30,7 @@ different workers and both clients talk to two nodes, as in the issue's setup.
 Figures only, no assertions. ``--profile`` adds where klog's time goes: py-spy samples of
 every thread (the producer has two) during a consumer run and two producer runs.
 
-Run: .venv/bin/python perf/bench_client.py [--quick] [--profile]
+Run: .venv/bin/python perf/bench_client.py [--quick] [--profile] [--rounds N]
      .venv/bin/python perf/bench_client.py --consume-rounds 5 [--quick]   (consume rows only)
 """
 
@@ -92,6 +96,63 @@ def produce_batches(bootstrap: str, topic: str, count: int, size: int = 50, **op
             send_batch(topic, values)
         producer.flush()
         return count // size * size / (time.perf_counter() - start)
+
+
+def produce_pure(bootstrap: str, topic: str, count: int, batches: bool = False) -> float:
+    """klog at its defaults on the pure-Python path: this script in a child process with
+    ``KLOG_PURE_PYTHON=1`` (the switch is read at import, so it cannot be flipped here)."""
+    out = subprocess.run(
+        [sys.executable, __file__, "--pure-child", bootstrap, topic, str(count),
+         "batches" if batches else "one"],
+        env={**os.environ, "KLOG_PURE_PYTHON": "1"}, capture_output=True, text=True,
+        timeout=600, check=True)
+    return float(out.stdout.split()[-1])
+
+
+def pure_child(bootstrap: str, topic: str, count: str, kind: str) -> None:
+    from klog.producer import fast_send
+    from klog.protocol import records_codec
+    assert fast_send.IMPLEMENTATION == records_codec.IMPLEMENTATION == "python"
+    run = produce_batches if kind == "batches" else produce_one_at_a_time
+    print(run(bootstrap, topic, int(count)))
+
+
+def defaults_rounds(bootstrap: str, rounds: int, count: int) -> list[tuple]:
+    """Both clients at their defaults, one partition, alternating round after round: the
+    rows of the median ratio to librdkafka, each round's figures printed as it ends."""
+    names = ("confluent", "klog", "pure", "batches", "pure-batches")
+    with klog.Admin(bootstrap) as admin:
+        for n in range(rounds):
+            for name in names:
+                admin.create_topic(f"defaults-{name}-{n}", 1)
+    runs = {
+        "confluent": lambda t: produce_confluent(bootstrap, t, count, {}),
+        "klog": lambda t: produce_one_at_a_time(bootstrap, t, count),
+        "pure": lambda t: produce_pure(bootstrap, t, count),
+        "batches": lambda t: produce_batches(bootstrap, t, count),
+        "pure-batches": lambda t: produce_pure(bootstrap, t, count, batches=True),
+    }
+    figures: dict[str, list[float]] = {name: [] for name in names}
+    for n in range(rounds):
+        order = names if n % 2 == 0 else names[1:] + names[:1]  # librdkafka first, then last
+        for name in order:
+            figures[name].append(runs[name](f"defaults-{name}-{n}"))
+        print(f"round {n} (load {os.getloadavg()[0]:.1f}): "
+              + ", ".join(f"{name} {figures[name][-1]:,.0f}" for name in names) + " msg/s",
+              flush=True)
+    theirs = figures["confluent"]
+    rows = []
+    for name, title, aim in (
+            ("klog", "produce, both at defaults, 1 per call, 1 partition", "0.9x"),
+            ("pure", "  the same, klog's pure-Python path", None),
+            ("batches", "produce, klog send_batch of 50 at defaults", "2,000,000"),
+            ("pure-batches", "  the same, klog's pure-Python path", None)):
+        ratios = [ours / t for ours, t in zip(figures[name], theirs)]
+        rows.append((f"{title} (median of {rounds})", statistics.median(figures[name]),
+                     statistics.median(theirs), aim, statistics.median(ratios)))
+    below = [n for n, (b, one) in enumerate(zip(figures["batches"], figures["klog"])) if b < one]
+    print(f"send_batch of 50 below one send() per message in round(s): {below or 'none'}")
+    return rows
 
 
 def produce_confluent(bootstrap: str, topic: str, count: int, config=CONFLUENT) -> float:
@@ -176,7 +237,7 @@ def fill(bootstrap: str, topic: str, count: int) -> None:
 def spy_on(title: str, run) -> None:
     """Sample every thread of this process with py-spy while ``run()`` runs; print the
     functions with the most samples of their own (lines folded into functions)."""
-    spy = REPO / ".venv" / "bin" / "py-spy"
+    spy = Path(sys.executable).parent / "py-spy"
     if not spy.exists():
         print(f"(py-spy not installed, no profile of {title}: pip install -e '.[test]')")
         return
@@ -265,7 +326,13 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--consume-rounds", type=int, default=0, metavar="N",
                         help="only the consume rows: N alternating rounds of each, medians")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="alternating rounds of the at-defaults rows (their median)")
+    parser.add_argument("--pure-child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.pure_child:
+        pure_child(*args.pure_child)
+        return
     if args.consume_rounds:
         consume_rounds(args.consume_rounds, 1_000_000 if args.quick else 3_000_000)
         return
@@ -280,13 +347,10 @@ def main() -> None:
             with klog.Admin(appliance.bootstrap) as admin:
                 for name in ("one", "batch", "defaults", "java-batches", "confluent", "consume"):
                     admin.create_topic(name, 2)
-                for name in ("both-defaults-klog", "both-defaults-confluent"):
-                    admin.create_topic(name, 1)
             bs = appliance.bootstrap
-            theirs = produce_confluent(bs, "both-defaults-confluent", produce_count // 2, {})
-            ours = produce_one_at_a_time(bs, "both-defaults-klog", produce_count // 2)
-            rows.append(("produce, both at defaults, 1 per call, 1 partition", ours, theirs,
-                         None))
+            # several times buffer_memory (32 MiB: ~155k such records), so that the rate is
+            # the steady one and not the buffer's filling (the independent harness's million)
+            rows.extend(defaults_rounds(bs, args.rounds, 500_000 if args.quick else 1_000_000))
             pid = appliance.process.pid
             cpu0 = cpu_seconds(pid)
             theirs = produce_confluent(bs, "confluent", produce_count)
@@ -323,10 +387,11 @@ def main() -> None:
     print_consume(consume_count, rates, cpu_us)
     print(f"\n200-byte messages, one client process, two-worker appliance, "
           f"{os.cpu_count()} cores")
-    print(f"{'figure':<56}{'klog msg/s':>12}{'librdkafka':>12}{'ratio':>7}{'aim':>11}")
-    for name, ours, theirs, aim in rows:
-        print(f"{name:<56}{ours:>12,.0f}{theirs:>12,.0f}{ours / theirs:>7.2f}"
-              f"{'' if aim is None else f'{aim:,}':>11}")
+    print(f"{'figure':<66}{'klog msg/s':>12}{'librdkafka':>12}{'ratio':>7}{'aim':>11}")
+    for name, ours, theirs, aim, *ratio in rows:  # a row of rounds: its median ratio
+        ratio = ratio[0] if ratio else ours / theirs
+        aim = "" if aim is None else aim if isinstance(aim, str) else f"{aim:,}"
+        print(f"{name:<66}{ours:>12,.0f}{theirs:>12,.0f}{ratio:>7.2f}{aim:>11}")
 
 
 if __name__ == "__main__":

@@ -15,14 +15,15 @@ the sender thread). A busy VM inflates those too; ``perf/bench_produce_instructi
 counts instructions instead.
 
 The broker alone (``--broker``): a raw client pipelining ready-made idempotent Produce
-requests (75 records of 200 bytes each, what klog's Producer sends with Java's 16 KiB
-batches; 5 in flight, one connection) at acks=all and at acks=1, and the worker's CPU per
-request split into its event loop's thread and its other threads (the group commit's
-fdatasync).
+requests (75 records of 200 bytes each by default, what klog's Producer sends with Java's
+16 KiB batches; ``--records 4600`` is a 1 MB batch, what it sends at its defaults; 5 in flight,
+one connection) at acks=all and at acks=1, and the worker's CPU per request split into its
+event loop's thread and its other threads (the group commit's fdatasync). Its msg/s is the
+most any client can reach on one partition of this appliance at those settings.
 
 Run: .venv/bin/python perf/bench_produce_defaults.py [--rounds N] [--messages N]
      [--batch-sizes default,16384,1000000]   (klog batch sizes to compare in each round)
-     [--broker] [--requests N]
+     [--broker] [--requests N] [--records N]
 """
 
 from __future__ import annotations
@@ -164,7 +165,8 @@ def raw_produce(port: int, topic: str, acks: int, requests: int, records: int = 
     return requests / elapsed
 
 
-def bench_broker(appliance: Appliance, worker: int, requests: int, rounds: int) -> None:
+def bench_broker(appliance: Appliance, worker: int, requests: int, rounds: int,
+                 records: int = 75) -> None:
     """The worker's CPU per Produce request, acks=all and acks=1, raw pipelined client."""
     with klog.Admin(appliance.bootstrap) as admin:
         for n in range(rounds):
@@ -174,19 +176,21 @@ def bench_broker(appliance: Appliance, worker: int, requests: int, rounds: int) 
     for n in range(rounds):
         for acks, code in (("all", -1), ("one", 1)):
             main0, others0 = thread_cpu_ns(worker)
-            rate = raw_produce(appliance.port, f"raw-{acks}-{n}", code, requests)
+            rate = raw_produce(appliance.port, f"raw-{acks}-{n}", code, requests, records)
             main1, others1 = thread_cpu_ns(worker)
             figures[acks].append(((main1 - main0) / requests / 1000,
                                   (others1 - others0) / requests / 1000, rate))
-            print(f"round {n}: acks={acks:<3} {rate:7,.0f} requests/s  worker loop "
+            print(f"round {n}: acks={acks:<3} {rate:7,.0f} requests/s "
+                  f"({rate * records:10,.0f} msg/s)  worker loop "
                   f"{figures[acks][-1][0]:4.0f} µs/request, other threads "
                   f"{figures[acks][-1][1]:4.0f} µs/request  (load {os.getloadavg()[0]:.1f})",
                   flush=True)
-    print("\nbroker alone, 75-record idempotent requests, 5 in flight (medians):")
+    print(f"\nbroker alone, {records}-record idempotent requests, 5 in flight (medians):")
     for acks, rows in figures.items():
         print(f"  acks={acks:<3} loop {statistics.median(r[0] for r in rows):4.0f} µs, other "
               f"threads {statistics.median(r[1] for r in rows):4.0f} µs per request; "
-              f"{statistics.median(r[2] for r in rows):7,.0f} requests/s")
+              f"{statistics.median(r[2] for r in rows):7,.0f} requests/s, "
+              f"{statistics.median(r[2] for r in rows) * records:10,.0f} msg/s")
 
 
 def batches_in(directory: Path) -> int:
@@ -242,21 +246,26 @@ def bench_clients(appliance: Appliance, worker: int, rounds: int, messages: int,
         ratios = [ours / theirs for ours, theirs, *_ in figures]
         print(f"  klog batch_size={name:<8} {min(r[0] for r in figures):10,.0f} – "
               f"{max(r[0] for r in figures):10,.0f} msg/s  ratio {min(ratios):.2f} – "
-              f"{max(ratios):.2f} (median {statistics.median(ratios):.2f}; aim >= 0.5)  "
+              f"{max(ratios):.2f} (median {statistics.median(ratios):.2f}; aim >= 0.9)  "
               f"worker {statistics.median(r[2] for r in figures):.0f} µs/request, client "
               f"{statistics.median(r[4] for r in figures):.2f} µs/msg; send_batch of 50 "
               f"{min(r[5] for r in figures):,.0f} – {max(r[5] for r in figures):,.0f} msg/s "
-              "(aim >= 1,000,000)")
+              "(aim >= 2,000,000)")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--messages", type=int, default=200_000)
+    # a million: several times buffer_memory (32 MiB, ~155k such records), so that the rate
+    # is the steady one; with 200,000 most of a run filled the buffer, and send_batch of 50
+    # read 0.81-0.90M msg/s here where a million-message harness read 0.30-0.38M (issue 26)
+    parser.add_argument("--messages", type=int, default=1_000_000)
     parser.add_argument("--batch-sizes", default="default",
                         help="klog batch sizes to compare, comma-separated ('default': none set)")
     parser.add_argument("--broker", action="store_true")
     parser.add_argument("--requests", type=int, default=4000)
+    parser.add_argument("--records", type=int, default=75,
+                        help="records of 200 bytes per raw request (--broker)")
     args = parser.parse_args()
     batch_sizes = [None if b == "default" else int(b) for b in args.batch_sizes.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
@@ -266,7 +275,7 @@ def main() -> None:
         try:
             worker = appliance.worker_pid(0)
             if args.broker:
-                bench_broker(appliance, worker, args.requests, args.rounds)
+                bench_broker(appliance, worker, args.requests, args.rounds, args.records)
             else:
                 bench_clients(appliance, worker, args.rounds, args.messages, batch_sizes)
         except BaseException:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import Generator, Iterable
 from typing import Any
@@ -29,6 +30,7 @@ from klog.aio.wire import AIONetwork
 from klog.config import ProducerConfig, build
 from klog.errors import ClosedError, KafkaTimeoutError, TransactionStateError, WouldBlockError
 from klog.outgoing import deliver
+from klog.producer.fast_send import compiled_send
 from klog.producer.futures import RecordHandle, metadata_of
 from klog.producer.producer_machine import ProducerProtocol
 from klog.tls import ssl_context_of
@@ -91,6 +93,10 @@ class AIOProducer:
         self._closed = False
         self._stopping = False
         self._force = False
+        # send_nowait(topic, value) and send's append compiled where they only append
+        # (klog/producer/fast_send.py), made at start(); None: the Python path's alone
+        self._fast_sends: list = []
+        self._fast_append = None
 
     def _new_future(self) -> asyncio.Future:
         assert self._loop is not None
@@ -106,7 +112,26 @@ class AIOProducer:
                 address_of=self._core.address_of,
                 ssl_context=ssl_context_of(self.config), security=self.config.security)
             self._task = asyncio.ensure_future(self._run())
+            self._compile_sends()
         return self
+
+    def _compile_sends(self) -> None:
+        """The compiled send (klog/producer/_sendc.c) for ``send_nowait(topic, value)`` and
+        for the append of ``await send(topic, value)``: the blocking producer's, with a lock
+        of their own that nothing else takes (every append runs on this loop's thread)."""
+        lock = threading.Lock()
+        fast_nowait = compiled_send(self, self.send_nowait, lock, AIOFutureRecordMetadata)
+        if fast_nowait is None:
+            return
+        fast_append = compiled_send(self, self._handle_or_none, lock, AIOFutureRecordMetadata)
+        self._fast_sends = [fast_nowait, fast_append]
+        self.send_nowait = fast_nowait.send  # type: ignore[method-assign]
+        self._fast_append = fast_append.send
+
+    def _handle_or_none(self, topic: str, value: Any) -> AIOFutureRecordMetadata | None:
+        """The Python path of ``_fast_append``: the handle, or None when send must wait."""
+        added = self._append(topic, value, None, None, None, None)
+        return None if added is None else _new(AIOFutureRecordMetadata, added)
 
     async def __aenter__(self) -> AIOProducer:
         return await self.start()
@@ -130,6 +155,12 @@ class AIOProducer:
                    partition: int | None = None, timestamp_ms: int | None = None
                    ) -> AIOFutureRecordMetadata:
         """Queue one record; returns an awaitable for its RecordMetadata."""
+        fast = self._fast_append
+        if (fast is not None and key is None and headers is None and partition is None
+                and timestamp_ms is None):
+            handle = fast(topic, value)
+            if handle is not None:
+                return handle
         added = self._append(topic, value, key, headers, partition, timestamp_ms)
         while added is None:
             await self._wait_until_sendable(topic)
@@ -255,6 +286,8 @@ class AIOProducer:
             self._force = True
         finally:
             self._closed = self._stopping = True
+            for fast in self._fast_sends:
+                fast.disable()  # a send_nowait kept from before must fail too
             if self._task is not None:
                 self._network.wakeup()
                 await self._task

@@ -18,7 +18,14 @@ from __future__ import annotations
 from itertools import repeat
 from typing import Any
 
+from klog.protocol import records_codec
 from klog.protocol.records import build_batch
+from klog.protocol.records_encode import CREATE_TIME, assemble, batch_attributes
+
+if records_codec.IMPLEMENTATION == "C":  # KLOG_PURE_PYTHON=1 or not built: the tuples' path
+    from klog.protocol._recordsc import encode_segments as _encode_segments
+else:
+    _encode_segments = None
 
 
 class ProducerBatch:
@@ -92,11 +99,32 @@ class ProducerBatch:
     def encode(self, codec: int) -> bytes:
         """The batch's bytes (encoded on the first call, the same bytes on a retry)."""
         if self.data is None:
-            self.data = build_batch(self._all_records(), codec=codec, producer_id=self.producer_id,
-                                    producer_epoch=self.producer_epoch,
-                                    base_sequence=self.base_sequence,
-                                    is_transactional=self.transactional)
+            if self.segments and _encode_segments is not None:
+                self.data = self._encode_segments(codec)
+            if self.data is None:
+                self.data = build_batch(self._all_records(), codec=codec,
+                                        producer_id=self.producer_id,
+                                        producer_epoch=self.producer_epoch,
+                                        base_sequence=self.base_sequence,
+                                        is_transactional=self.transactional)
         return self.data
+
+    def _encode_segments(self, codec: int) -> bytes | None:
+        """The bytes build_batch would make of ``_all_records()``, from the segments as they
+        are (the compiled ``encode_segments``: no tuple per value),
+        or None for a shape it leaves to build_batch (headers, a value not bytes)."""
+        records, segments = self.records, self.segments
+        base_ts = records[0][0] if records else segments[0][0]
+        out = _encode_segments(records, segments, base_ts)
+        if out is None:
+            return None
+        body, max_ts = out
+        return assemble([body], len(records) + self.segment_count,
+                        attributes=batch_attributes(codec, CREATE_TIME, self.transactional,
+                                                    False),
+                        base_offset=0, partition_leader_epoch=-1, base_ts=base_ts,
+                        max_ts=max_ts, producer_id=self.producer_id,
+                        producer_epoch=self.producer_epoch, base_sequence=self.base_sequence)
 
     def timestamp_of(self, index: int) -> int:
         if index < len(self.records):

@@ -28,9 +28,14 @@ else:
 IMPLEMENTATION = "python" if _sendc is None else "C"
 
 
-def compiled_send(producer, slow):
+def compiled_send(producer, slow, lock=None, future_type=None):
     """The compiled send bound to `producer`'s state (its `disable()` for close), or None
-    where the Python `slow` send must serve every call."""
+    where the Python `slow` send must serve every call.
+
+    `lock` is the one every append takes (the blocking producer's own by default; the
+    asyncio producer, whose appends all run on its loop's thread, passes one of its own), and
+    `future_type` the handle returned, a tuple subclass ``(batch, index)``
+    (FutureRecordMetadata by default)."""
     if _sendc is None:
         return None
     config, core = producer.config, producer._core
@@ -42,9 +47,10 @@ def compiled_send(producer, slow):
     from klog.producer.futures import FutureRecordMetadata
     accumulator = core.accumulator
     return _sendc.FastSend(
-        slow=slow, lock=producer._lock, sticky=accumulator._sticky,
+        slow=slow, lock=producer._lock if lock is None else lock, sticky=accumulator._sticky,
         leaders=core.cluster.leaders, accumulator=accumulator,
-        future_type=FutureRecordMetadata, batch_type=ProducerBatch,
+        future_type=FutureRecordMetadata if future_type is None else future_type,
+        batch_type=ProducerBatch,
         batch_size=accumulator.batch_size,
         max_request_size=core._max_request_size, buffer_memory=core._buffer_memory,
         overhead=RECORD_OVERHEAD)

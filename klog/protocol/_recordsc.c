@@ -81,6 +81,14 @@ PyDoc_STRVAR(kept_records_doc,
 "The records the cleaner keeps: their count, their bytes back to back (None when all or\n"
 "none stay) and their largest timestamp; None when the pure path must answer.");
 
+PyDoc_STRVAR(encode_segments_doc,
+"encode_segments(records, segments, base_ts[, release_at]) -> (body, max_ts) | None\n\n"
+"A producer batch's records section: its record tuples, then its send_batch segments\n"
+"(timestamp, key, values, headers), as encode_records would encode them one tuple each\n"
+"(see _recordsc_segments.c); None for any shape but int timestamps, bytes or None keys and\n"
+"values and no headers. The copy runs without the GIL from release_at bytes (never unless\n"
+"given: see _recordsc_segments.c).");
+
 static PyMethodDef methods[] = {
     {"key_digest", (PyCFunction)(void (*)(void))klog_key_digest, METH_FASTCALL, key_digest_doc},
     {"table_put", (PyCFunction)(void (*)(void))klog_table_put, METH_FASTCALL, table_put_doc},
@@ -97,6 +105,8 @@ static PyMethodDef methods[] = {
      decode_records_doc},
     {"decode_columns", (PyCFunction)(void (*)(void))klog_decode_columns, METH_FASTCALL,
      decode_columns_doc},
+    {"encode_segments", (PyCFunction)(void (*)(void))klog_encode_segments, METH_FASTCALL,
+     encode_segments_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -88,5 +88,6 @@ PyObject *klog_kept_records(PyObject *self, PyObject *const *args, Py_ssize_t na
 PyObject *klog_table_put(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *klog_table_get(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *klog_table_move(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *klog_encode_segments(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 
 #endif
