@@ -37,6 +37,33 @@ static inline char *write_varint(char *p, int64_t v)
 
 /* 0 and the value, or -1: past `end`, longer than 10 bytes, or past 64 bits (the pure decoder
  * then gives the verdict). */
+/* A record up to its headers: length, attributes, timestamp and offset deltas, key, value
+ * (NULL: null). The encoders (_recordsc_encode.c, _recordsc_segments.c) add the headers. */
+static inline char *write_record_head(char *out, int64_t body_len, int64_t delta,
+                                      int64_t offset_delta, const char *key, Py_ssize_t key_len,
+                                      const char *value, Py_ssize_t value_len)
+{
+    out = write_varint(out, body_len);
+    *out++ = 0; /* attributes */
+    out = write_varint(out, delta);
+    out = write_varint(out, offset_delta);
+    if (key) {
+        out = write_varint(out, key_len);
+        memcpy(out, key, key_len);
+        out += key_len;
+    } else {
+        *out++ = 1; /* varint -1 */
+    }
+    if (value) {
+        out = write_varint(out, value_len);
+        memcpy(out, value, value_len);
+        out += value_len;
+    } else {
+        *out++ = 1;
+    }
+    return out;
+}
+
 static inline int read_varint(const unsigned char *buf, Py_ssize_t *pos, Py_ssize_t end,
                               int64_t *out)
 {

@@ -137,24 +137,8 @@ static int measure(PyObject *ts, PyObject *key, PyObject *value, PyObject *heade
 
 static char *write_record(char *out, const Measured *m, int64_t offset_delta)
 {
-    out = write_varint(out, m->body_len);
-    *out++ = 0; /* attributes */
-    out = write_varint(out, m->delta);
-    out = write_varint(out, offset_delta);
-    if (m->key) {
-        out = write_varint(out, m->key_len);
-        memcpy(out, m->key, m->key_len);
-        out += m->key_len;
-    } else {
-        *out++ = 1; /* varint -1 */
-    }
-    if (m->value) {
-        out = write_varint(out, m->value_len);
-        memcpy(out, m->value, m->value_len);
-        out += m->value_len;
-    } else {
-        *out++ = 1;
-    }
+    out = write_record_head(out, m->body_len, m->delta, offset_delta, m->key, m->key_len,
+                            m->value, m->value_len);
     return write_headers(out, m->headers);
 }
 

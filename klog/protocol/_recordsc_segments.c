@@ -60,24 +60,8 @@ static inline int measure_plain(PyObject *key, PyObject *value, int64_t ts, int6
 
 static inline char *write_plain(char *out, const Plain *m)
 {
-    out = write_varint(out, m->body_len);
-    *out++ = 0; /* attributes */
-    out = write_varint(out, m->delta);
-    out = write_varint(out, m->offset_delta);
-    if (m->key) {
-        out = write_varint(out, m->key_len);
-        memcpy(out, m->key, m->key_len);
-        out += m->key_len;
-    } else {
-        *out++ = 1; /* varint -1 */
-    }
-    if (m->value) {
-        out = write_varint(out, m->value_len);
-        memcpy(out, m->value, m->value_len);
-        out += m->value_len;
-    } else {
-        *out++ = 1;
-    }
+    out = write_record_head(out, m->body_len, m->delta, m->offset_delta, m->key, m->key_len,
+                            m->value, m->value_len);
     *out++ = 0; /* no headers */
     return out;
 }
