@@ -26,7 +26,7 @@ from klog.errors import (
     TransactionStateError,
 )
 from tests.conftest import FAST_GROUPS, REPO, running_appliance, topic_maker
-from tests.transactions.coordinator_helpers import SETTINGS, coordinator, describe
+from tests.transactions.coordinator_helpers import SETTINGS, coordinator, wait_for_state
 
 TIMEOUT = 20
 
@@ -80,7 +80,8 @@ def test_commit_is_visible_to_read_committed(appliance, new_topic):
         producer.commit_transaction(TIMEOUT)
     committed = read_all(appliance, topic, "read_committed")
     assert values(committed) == sorted(b"c%d" % i for i in range(10))
-    state = describe(coordinator(appliance, "kct-commit"), "kct-commit")
+    # the markers are visible before the coordinator writes CompleteCommit (Kafka's order too)
+    state = wait_for_state(coordinator(appliance, "kct-commit"), "kct-commit", "CompleteCommit")
     assert state.transaction_state == "CompleteCommit"
 
 
