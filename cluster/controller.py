@@ -38,6 +38,8 @@ from cluster.session import (
 
 log = logging.getLogger(__name__)
 
+GROUP = 200  # partition states per fenced multi: about 40 KB, far below jute.maxbuffer's 1 MB
+
 
 class Fenced(RuntimeError):
     """This appliance is no longer the controller: its write was refused by ZooKeeper."""
@@ -101,6 +103,30 @@ class FencedWriter:
                 raise error
         return errors
 
+    def write_grouped(self, builds: list) -> list[Exception | None]:
+        """`write_many`, with up to `GROUP` builds in one multi behind one epoch check.
+        ZooKeeper pays per transaction, not per op: after a kill -9 of an appliance that
+        held a replica of every partition, 4,000 state writes as one multi each took 1.6-2 s
+        on an idle ensemble and 6 s on a busy one; grouped, 0.05-0.2 s (issue 26). A group
+        that fails because one of its states changed meanwhile (BadVersion, NoNode) is
+        written again one multi per build, so one stale state costs only itself."""
+        groups = [builds[start:start + GROUP] for start in range(0, len(builds), GROUP)]
+
+        def together(group):
+            def guarded(tx):
+                tx.check(znodes.CONTROLLER_EPOCH, self.election.epoch_version)
+                for build in group:
+                    build(tx)
+            return guarded
+        errors: list[Exception | None] = []
+        for group, results in zip(groups, self.session.transactions(
+                [together(group) for group in groups])):
+            error = self._failure(results)
+            if isinstance(error, Fenced):
+                raise error
+            errors += [None] * len(group) if error is None else self.write_many(group)
+        return errors
+
     def _failure(self, results) -> Exception | None:
         if isinstance(results, Exception):  # the multi as a whole failed (kazoo's own error)
             return results
@@ -147,10 +173,11 @@ def reconcile(writer: FencedWriter, snapshot: FleetSnapshot, *,
 
 
 def write_states(writer: FencedWriter, changes: list) -> list[Exception | None]:
-    """Write partition states `(path, state, expected version)`, each a fenced conditional
-    set, all pipelined (one round trip); per change None, or the error of one that changed
-    meanwhile (left for the next pass). Fenced if we were deposed."""
-    errors = writer.write_many([
+    """Write partition states `(path, state, expected version)`, each a conditional set,
+    grouped into fenced multis (`FencedWriter.write_grouped`), all pipelined (one round
+    trip); per change None, or the error of one that changed meanwhile (left for the next
+    pass). Fenced if we were deposed."""
+    errors = writer.write_grouped([
         lambda tx, p=path, s=state, v=version: tx.set_data(p, s.encode(), version=v)
         for path, state, version in changes])
     for (path, _, _), error in zip(changes, errors):

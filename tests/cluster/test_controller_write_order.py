@@ -7,13 +7,13 @@ from tests.cluster.snapshots import snapshot, topic
 
 
 class RecordingWriter:
-    """FencedWriter's interface: records the paths `write_many` would set, in order."""
+    """FencedWriter's interface: records the paths `write_grouped` would set, in order."""
 
     def __init__(self):
         self.election = Election(epoch=2, epoch_version=1)
         self.paths: list[str] = []
 
-    def write_many(self, builds):
+    def write_grouped(self, builds):
         recorder = self
 
         class Tx:

@@ -1,0 +1,86 @@
+"""The controller's partition-state writes grouped into fenced multis
+(`FencedWriter.write_grouped`, issue 26), against a real three-server ensemble: every state of
+several groups lands; one state changed meanwhile by somebody else fails alone while the rest
+of its group still lands; a deposed controller writes nothing at all."""
+
+import itertools
+
+import pytest
+
+from cluster import controller, znodes
+from cluster.controller import Fenced, FencedWriter, elect, write_states
+from cluster.session import Session
+
+_chroots = itertools.count()
+PARTITIONS = controller.GROUP * 2 + 50  # three groups, the last one short
+
+
+@pytest.fixture
+def session(ensemble):
+    session = Session(f"{ensemble.connect}/grouped-{next(_chroots)}", session_timeout_ms=4000,
+                      connection_timeout_ms=10_000)
+    session.start()
+    for root in znodes.PERSISTENT_ROOTS:
+        session.call("ensure_path", root)
+    yield session
+    session.stop()
+
+
+def make_states(session, name: str) -> list[tuple[str, int]]:
+    """The topic's state znodes, leader 100 in epoch 0; (path, version) of each."""
+    first = znodes.PartitionState(100, 0, (100, 200, 300), 1).encode()
+    for p in range(PARTITIONS):
+        session.call("create", znodes.state_path(name, p), first, makepath=True)
+    return [(znodes.state_path(name, p), 0) for p in range(PARTITIONS)]
+
+
+def leaders(session, name: str) -> list[int]:
+    paths = [znodes.state_path(name, p) for p in range(PARTITIONS)]
+    return [znodes.PartitionState.decode(data, path).leader
+            for path, (data, _) in zip(paths, session.get_many(paths))]
+
+
+def transactions(session, name: str) -> int:
+    """How many ZooKeeper transactions wrote the topic's states (a multi's ops share one
+    zxid)."""
+    paths = [znodes.state_path(name, p) for p in range(PARTITIONS)]
+    return len({stat.mzxid for _, stat in session.get_many(paths)})
+
+
+def moved(paths, epoch: int) -> list:
+    return [(path, znodes.PartitionState(200, 1, (200, 300), epoch), version)
+            for path, version in paths]
+
+
+def test_every_state_of_every_group_lands(session):
+    paths = make_states(session, "big")
+    election = elect(session, 1)
+    errors = write_states(FencedWriter(session, election), moved(paths, election.epoch))
+    assert errors == [None] * PARTITIONS
+    assert leaders(session, "big") == [200] * PARTITIONS
+    assert transactions(session, "big") == 3  # one multi per group, not one per state
+
+
+def test_a_state_changed_meanwhile_fails_alone(session):
+    paths = make_states(session, "raced")
+    stale = controller.GROUP + 7  # in the second group
+    session.call("set", paths[stale][0],
+                 znodes.PartitionState(100, 0, (100, 200), 1).encode())  # an ISR shrink
+    election = elect(session, 1)
+    errors = write_states(FencedWriter(session, election), moved(paths, election.epoch))
+    assert [i for i, e in enumerate(errors) if e is not None] == [stale]
+    assert type(errors[stale]).__name__ == "BadVersionError"
+    assert leaders(session, "raced") == [100 if p == stale else 200 for p in range(PARTITIONS)]
+    # the first and last groups whole, the second's other states one multi each, the stale
+    # one by its own earlier set
+    assert transactions(session, "raced") == 1 + (controller.GROUP - 1) + 1 + 1
+
+
+def test_a_deposed_controller_writes_nothing(session):
+    paths = make_states(session, "deposed")
+    old = elect(session, 1)
+    session.call("delete", znodes.CONTROLLER)  # its session "expired": another one won
+    assert elect(session, 2) is not None
+    with pytest.raises(Fenced):
+        write_states(FencedWriter(session, old), moved(paths, old.epoch))
+    assert leaders(session, "deposed") == [100] * PARTITIONS
