@@ -23,6 +23,8 @@ from __future__ import annotations
 import os
 from typing import NamedTuple
 
+from . import durable_together
+
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
@@ -112,13 +114,19 @@ def replace_durably(path: str, text: str) -> None:
     """Replace a small text file so that a crash leaves either the old or the new one whole:
     write a temporary file, fsync it, rename it over `path`, fsync the directory. The
     checkpoints (partition state, leader epochs, high watermarks) all go this way. Raises
-    OSError (e.g. ENOSPC)."""
+    OSError (e.g. ENOSPC). Inside `durable_together()` the temporary file is written here
+    and the fsyncs and the rename wait for the scope's end, shared by every file."""
     tmp = path + ".tmp"
+    together = durable_together.pending()
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         os.write(fd, text.encode("ascii"))
-        os.fsync(fd)
+        if together is None:
+            os.fsync(fd)
     finally:
         os.close(fd)
+    if together is not None:
+        together[path] = text
+        return
     os.replace(tmp, path)
     fsync_directory(os.path.dirname(path) or ".")

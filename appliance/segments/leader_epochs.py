@@ -59,12 +59,17 @@ class LeaderEpochCache:
     def rebuild(self, headers) -> None:
         """The entries as the batches say (producer batches, stamped -1, are skipped)."""
         entries: list[tuple[int, int]] = []
+        empty_log = True
         for header in headers:
+            empty_log = False
             epoch = header.partition_leader_epoch
             if epoch >= 0 and (not entries or epoch > entries[-1][0]):
                 entries.append((epoch, header.base_offset))
         self.entries = entries
-        self._write()
+        if not empty_log or os.path.exists(self.path):
+            # an empty log's absent file reads as what would be written: a new partition is
+            # spared two fsyncs (thousands at once, on the worker's loop, for a big topic)
+            self._write()
 
     # queries -----------------------------------------------------------------------------
 

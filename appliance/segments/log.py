@@ -131,7 +131,8 @@ class PartitionLog:
         plog = cls(directory, config, segments, report, start, now_ms,
                    recovery_point=start if report.attached else None)
         try:
-            plog._write_state(clean_shutdown=False)
+            if not _state_already_says(report, start, segments[0].base_offset):
+                plog._write_state(clean_shutdown=False)
         except StorageError:
             plog.segments.close_all()
             raise
@@ -585,3 +586,15 @@ class PartitionLog:
     def __repr__(self) -> str:
         return (f"<PartitionLog {self.directory} [{self._log_start_offset}, "
                 f"{self._log_end_offset}) hw {self._high_watermark} {self.segment_count} segments>")
+
+
+def _state_already_says(report, log_start_offset: int, first_base: int) -> bool:
+    """Whether partition.state on disk already records this log start and an unclean
+    shutdown, as the open would write it. A new partition has no file, which reads just so:
+    skipping the write spares it two fsyncs, which on a worker opening thousands of
+    partitions at once (a topic of many, a restart) were most of its time on the loop."""
+    saved = report.state_on_disk
+    if saved is None or saved[1]:
+        return False
+    return (first_base if saved[0] is None else saved[0]) == log_start_offset
+

@@ -51,6 +51,8 @@ def load_segments(
     report = RecoveryReport(directory, clean_shutdown=state.clean_shutdown)
     if state.problem:
         report.notes.append(state.problem)
+    else:
+        report.state_on_disk = (state.log_start_offset, state.clean_shutdown)
     report.notes.extend(complete_swaps(directory))
     bases = list_segment_bases(directory)
     leftovers = leftover_files(directory, bases)

@@ -163,6 +163,10 @@ class RecoveryReport:
     attached: bool = False  # opened on the numbers a killed worker published (see attach.py)
     attach_refused: str | None = None  # attach was asked for, the files disagreed: full recovery
     attach_offset: int | None = None  # the published log end offset attach started from
+    # what partition.state said when the log was opened: (log start or None for the first
+    # segment's base, clean shutdown); None when it was damaged. An absent file reads as
+    # (None, False), which is what an open writes for a new log: the open skips that write.
+    state_on_disk: tuple[int | None, bool] | None = None
 
     @property
     def trusted_bytes(self) -> int:

@@ -30,6 +30,7 @@ from appliance.scram_credentials import (
     credentials_path,
 )
 from appliance.segments.descriptor_cache import CACHE as DESCRIPTORS
+from appliance.segments.durable_together import durable_together
 from appliance.segments.errors import StorageError
 from appliance.segments.group_commit import GroupCommitter
 from appliance.segments.readable import ReadableLog
@@ -293,15 +294,21 @@ class Worker:
             if name == TRANSACTION_TOPIC:
                 self.transactions.unload_all()
         else:
-            self.partitions.open_topic(info, now_ms=self.now_ms())
-            self.replication.apply(info)
-            for index in self.partitions.delete_moved(info, now_ms=self.now_ms()):
-                log.info("%s-%d: no longer a replica here; its log is deleted", name, index)
-            self.remote.forget_moved(name, info.owners)
-            if name == OFFSETS_TOPIC:  # in the same step as the roles: no truncation between
-                self.groups.follow_leadership()
-            if name == TRANSACTION_TOPIC:
-                self.transactions.follow_leadership()
+            # the checkpoints of every partition the change opens or moves, durable together
+            # before the loop runs again (segments/durable_together.py)
+            with durable_together():
+                self._take_topic(name, info)
+
+    def _take_topic(self, name, info) -> None:
+        self.partitions.open_topic(info, now_ms=self.now_ms())
+        self.replication.apply(info)
+        for index in self.partitions.delete_moved(info, now_ms=self.now_ms()):
+            log.info("%s-%d: no longer a replica here; its log is deleted", name, index)
+        self.remote.forget_moved(name, info.owners)
+        if name == OFFSETS_TOPIC:  # in the same step as the roles: no truncation between
+            self.groups.follow_leadership()
+        if name == TRANSACTION_TOPIC:
+            self.transactions.follow_leadership()
 
     async def serve(self, sockets=None) -> None:
         """Start accepting on `sockets` (one per listener, in the order of `listeners`, bound
