@@ -256,8 +256,9 @@ class Worker:
         """Open every owned partition (recovering it) and follow the control plane's changes."""
         now_ms = self.now_ms()
         self.partitions.remove_deleted_leftovers()
-        for info in self.control.topics():
-            self.partitions.open_topic(info, now_ms=now_ms)
+        with durable_together():  # every partition's checkpoints durable before serving
+            for info in self.control.topics():
+                self.partitions.open_topic(info, now_ms=now_ms)
         self.groups.follow_leadership()  # alone: loads what it owns; a fleet's wait for roles
         self.transactions.follow_leadership()
         self.control.add_listener(self._on_topic_change)
@@ -370,7 +371,11 @@ class Worker:
         for connection in list(self.connections):
             connection.close()
         self.committer.close()
-        self.partitions.close()
+        try:
+            with durable_together():  # each log synced, then every clean-shutdown mark at once
+                self.partitions.close()
+        except OSError as exc:  # the marks stay unclean: the next start recovers the logs
+            log.error("the logs' clean-shutdown marks were not written: %s", exc)
         self.remote.close()
 
     # background duties -------------------------------------------------------------------
