@@ -243,18 +243,15 @@ def _write(writer: FencedWriter, build, path: str) -> int:
 
 def _delete_topic(writer: FencedWriter, topic: TopicState | None, name: str) -> int:
     """Remove the topic's znodes (states, partitions, assignment, config) and the request."""
-    paths = []
+    paths = []  # children before their parents
     if topic is not None:
         for partition in topic.replicas:
             paths += [znodes.state_path(name, partition), znodes.partition_path(name, partition)]
-    session = writer.session
-    existing = [p for p in paths if session.call("exists", p) is not None]
-    if session.call("exists", znodes.partitions_path(name)) is not None:
-        existing.append(znodes.partitions_path(name))
-    for path in (znodes.topic_path(name), znodes.topic_config_path(name),
-                 znodes.delete_request_path(name)):
-        if session.call("exists", path) is not None:
-            existing.append(path)
+    paths += [znodes.partitions_path(name), znodes.topic_path(name),
+              znodes.topic_config_path(name), znodes.delete_request_path(name)]
+    # which exist, in pipelined reads (one round trip per chunk, not one per znode)
+    existing = [path for path, got in zip(paths, writer.session.get_many(paths))
+                if got is not None]
     try:
         writer.write(lambda tx: [tx.delete(p) for p in existing])
     except (NoNodeError, BadVersionError) as exc:

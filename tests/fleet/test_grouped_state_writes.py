@@ -1,14 +1,16 @@
-"""The controller's partition-state writes grouped into fenced multis
-(`FencedWriter.write_grouped`, issue 26), against a real three-server ensemble: every state of
-several groups lands; one state changed meanwhile by somebody else fails alone while the rest
-of its group still lands; a deposed controller writes nothing at all."""
+"""The controller's writes of many partitions (issue 26), against a real three-server
+ensemble: partition states grouped into fenced multis (`FencedWriter.write_grouped`): every
+state of several groups lands; one state changed meanwhile by somebody else fails alone
+while the rest of its group still lands; a deposed controller writes nothing at all. And a
+topic of many partitions is deleted whole, its znodes found in pipelined reads."""
 
 import itertools
 
 import pytest
 
 from cluster import controller, znodes
-from cluster.controller import Fenced, FencedWriter, elect, write_states
+from cluster.controller import Fenced, FencedWriter, elect, reconcile, write_states
+from cluster.fleet_view import read_fleet
 from cluster.session import Session
 
 _chroots = itertools.count()
@@ -84,3 +86,20 @@ def test_a_deposed_controller_writes_nothing(session):
     with pytest.raises(Fenced):
         write_states(FencedWriter(session, old), moved(paths, old.epoch))
     assert leaders(session, "deposed") == [100] * PARTITIONS
+
+
+def test_a_topic_being_deleted_leaves_no_znode(session):
+    replicas = {p: (100, 200, 300) for p in range(PARTITIONS)}
+    session.call("create", znodes.topic_path("gone"), znodes.TopicAssignment(replicas).encode(),
+                 makepath=True)
+    make_states(session, "gone")
+    session.call("create", znodes.delete_request_path("gone"), b"", makepath=True)
+    election = elect(session, 1)
+    snapshot = read_fleet(session, None)
+    assert snapshot.deleting == {"gone"}
+    assert reconcile(FencedWriter(session, election), snapshot) == 1
+    paths = [znodes.state_path("gone", p) for p in range(PARTITIONS)] + [
+        znodes.partition_path("gone", p) for p in range(PARTITIONS)] + [
+        znodes.partitions_path("gone"), znodes.topic_path("gone"),
+        znodes.delete_request_path("gone")]
+    assert session.get_many(paths) == [None] * len(paths)
