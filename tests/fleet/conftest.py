@@ -1,9 +1,14 @@
 """What a fleet test module runs on: one real three-server ZooKeeper ensemble (Debian's
 zookeeper package) and, once for the module, the fleet its `FLEET` (a FleetSpec) describes,
-with a ZooKeeper client in that fleet's chroot."""
+with a ZooKeeper client in that fleet's chroot; or, for tests of klog's ZooKeeper code
+without appliances, a klog `Session` in a fresh chroot of the ensemble."""
+
+import itertools
 
 import pytest
 
+from cluster import znodes
+from cluster.session import Session
 from tests.fleet.harness import FleetSpec, running_fleet, zk_client
 from tests.fleet.zookeeper import Ensemble, unavailable_reason
 
@@ -45,3 +50,18 @@ def zk(ensemble, request):
     client = zk_client(ensemble, _spec(request).chroot)
     yield client
     client.stop()
+
+
+_chroots = itertools.count()
+
+
+@pytest.fixture
+def session(ensemble):
+    """klog's own ZooKeeper session in a chroot of its own, with klog's persistent roots."""
+    session = Session(f"{ensemble.connect}/session-{next(_chroots)}", session_timeout_ms=4000,
+                      connection_timeout_ms=10_000)
+    session.start()
+    for root in znodes.PERSISTENT_ROOTS:
+        session.call("ensure_path", root)
+    yield session
+    session.stop()

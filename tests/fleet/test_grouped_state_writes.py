@@ -4,28 +4,13 @@ state of several groups lands; one state changed meanwhile by somebody else fail
 while the rest of its group still lands; a deposed controller writes nothing at all. And a
 topic of many partitions is deleted whole, its znodes found in pipelined reads."""
 
-import itertools
-
 import pytest
 
 from cluster import controller, znodes
 from cluster.controller import Fenced, FencedWriter, elect, reconcile, write_states
 from cluster.fleet_view import read_fleet
-from cluster.session import Session
 
-_chroots = itertools.count()
 PARTITIONS = controller.GROUP * 2 + 50  # three groups, the last one short
-
-
-@pytest.fixture
-def session(ensemble):
-    session = Session(f"{ensemble.connect}/grouped-{next(_chroots)}", session_timeout_ms=4000,
-                      connection_timeout_ms=10_000)
-    session.start()
-    for root in znodes.PERSISTENT_ROOTS:
-        session.call("ensure_path", root)
-    yield session
-    session.stop()
 
 
 def make_states(session, name: str) -> list[tuple[str, int]]:

@@ -3,29 +3,13 @@ three-server ensemble: nothing is asked again until its watch fires, what anothe
 changes is read again, our own writes are seen by the next pass, and a new session reads
 everything again (its watches are gone)."""
 
-import itertools
-
 import pytest
 from kazoo.client import KazooClient
 
 from cluster import znodes
 from cluster.fleet_view import read_fleet, read_snapshot
-from cluster.session import Session
 from cluster.watched_reads import WatchedReads
 from tests.polling import wait_until
-
-_chroots = itertools.count()
-
-
-@pytest.fixture
-def session(ensemble):
-    session = Session(f"{ensemble.connect}/watched-{next(_chroots)}", session_timeout_ms=4000,
-                      connection_timeout_ms=10_000)
-    session.start()
-    for root in znodes.PERSISTENT_ROOTS:
-        session.call("ensure_path", root)
-    yield session
-    session.stop()
 
 
 @pytest.fixture
