@@ -103,6 +103,17 @@ def read_state(directory: str) -> PartitionState:
         return PartitionState(None, False, f"{path} is damaged ({exc}); ignoring it")
 
 
+def log_start_on_disk(directory: str) -> int | None:
+    """The log start a partition directory records, as an open reads it: ``partition.state``'s,
+    or the first segment's base offset where the file is absent (a new partition writes
+    none); None with neither (tools and tests look at a log that is not theirs)."""
+    saved = read_state(directory).log_start_offset
+    if saved is not None:
+        return saved
+    bases = list_segment_bases(directory)
+    return bases[0] if bases else None
+
+
 def write_state(directory: str, *, log_start_offset: int, clean_shutdown: bool) -> None:
     """Replace ``partition.state`` atomically and durably. Raises OSError (e.g. ENOSPC)."""
     replace_durably(os.path.join(directory, STATE_FILE),

@@ -173,15 +173,23 @@ def list_offsets_answer(port: int, partition: int, timestamp: int, epoch: int):
     return response.topics[0].partitions[0]
 
 
-def moved_partition(zk, failover) -> tuple[int, dict]:
-    """A partition whose leader epoch the failover raised (an older one exists)."""
+def moved_partition(zk, failover, fleet) -> tuple[int, dict]:
+    """A partition whose leader epoch the failover raised (an older one exists), once its
+    leader's worker answers in the epoch ZooKeeper names: a state the controller has just
+    written (a preferred election after the restart) takes a moment to reach the workers."""
     before = failover[2]
-    return next((p, s) for p, s in states(zk).items()
-                if s["leader_epoch"] > before[p]["leader_epoch"])
+
+    def settled():
+        partition, state = next((p, s) for p, s in states(zk).items()
+                                if s["leader_epoch"] > before[p]["leader_epoch"])
+        answer = list_offsets_answer(node_port(fleet, state["leader"]), partition, -1,
+                                     state["leader_epoch"])
+        return answer.error_code == 0 and (partition, state)
+    return wait_until(settled, 30, "a moved partition's leader to lead in its epoch")
 
 
 def test_fetch_checks_the_current_leader_epoch(failover, fleet, zk):
-    partition, state = moved_partition(zk, failover)
+    partition, state = moved_partition(zk, failover, fleet)
     leader, epoch = state["leader"], state["leader_epoch"]
     sibling = leader - leader % 100 + (1 - leader % 100)  # the other worker of its appliance
     follower = next(r for r in state["isr"] if r // 100 != leader // 100)
@@ -198,7 +206,7 @@ def test_fetch_checks_the_current_leader_epoch(failover, fleet, zk):
 
 
 def test_list_offsets_checks_the_epoch_and_answers_with_one(failover, fleet, zk):
-    partition, state = moved_partition(zk, failover)
+    partition, state = moved_partition(zk, failover, fleet)
     leader, epoch = state["leader"], state["leader_epoch"]
     port = node_port(fleet, leader)
     assert list_offsets_answer(port, partition, -1, epoch - 1).error_code == FENCED
@@ -226,7 +234,7 @@ def test_a_fetch_above_the_high_watermark_within_the_log_is_empty(failover, flee
     elected whose high watermark lags what consumers have read. A consumer's fetch between
     the two, at either worker of the leader's appliance, is answered empty, not
     OFFSET_OUT_OF_RANGE (which makes consumers reset)."""
-    partition, state = moved_partition(zk, failover)
+    partition, state = moved_partition(zk, failover, fleet)
     leader, epoch = state["leader"], state["leader_epoch"]
     follower = next(r for r in state["isr"] if r // 100 != leader // 100)
     port = node_port(fleet, leader)

@@ -19,7 +19,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from appliance.segments.layout import read_state
+from appliance.segments.layout import log_start_on_disk
 from appliance.workers.groups.offsets_log import partition_for
 from klog.protocol.apis import find_coordinator as find_coordinator_api
 from klog.protocol.apis import offset_commit, offset_fetch
@@ -91,7 +91,7 @@ def simple_commit(port: int, group: str, offset: int) -> ErrorCode:
 
 def log_start(appliance, topic: str, partition: int) -> int | None:
     directory = Path(appliance.log_dirs[0]) / f"{topic}-{partition}"
-    return read_state(str(directory)).log_start_offset if directory.is_dir() else None
+    return log_start_on_disk(str(directory)) if directory.is_dir() else None
 
 
 def groups_on(partition: int, prefix: str) -> str:

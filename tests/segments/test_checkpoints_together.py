@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from appliance.segments import PartitionLog, durable_together
-from appliance.segments.layout import STATE_FILE, read_state, replace_durably
+from appliance.segments.layout import STATE_FILE, log_start_on_disk, read_state, replace_durably
 from appliance.segments.leader_epochs import CHECKPOINT_FILE
 from tests.segments.batches import make_batch
 
@@ -29,6 +29,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def test_a_new_partition_writes_no_state_file_until_it_has_something_to_say(log_dir):
     log = PartitionLog.open(log_dir, SMALL, now_ms=0)
     assert not os.path.exists(os.path.join(log_dir, STATE_FILE))
+    assert log_start_on_disk(log_dir) == 0  # what tools read: the first segment's base
     assert log.leader_epochs.entries == []
     assert not os.path.exists(os.path.join(log_dir, CHECKPOINT_FILE))
     log.start_leader_epoch(2)  # an epoch begins: now it must be on disk
@@ -57,6 +58,7 @@ def test_a_moved_log_start_is_kept_when_the_state_is_not_rewritten(log_dir):
         reopened = PartitionLog.open(log_dir, SMALL, now_ms=0)
         assert reopened.log_start_offset == 5
         assert read_state(log_dir) == (5, False, None)
+        assert log_start_on_disk(log_dir) == 5
         reopened.segments.close_all()
 
 

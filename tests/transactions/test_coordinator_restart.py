@@ -73,7 +73,7 @@ def test_kill_9_between_end_txn_and_the_markers(tmp_path):
 def test_snapshots_compact_the_log_and_a_reload_keeps_every_id(tmp_path):
     from pathlib import Path
 
-    from appliance.segments.layout import read_state
+    from appliance.segments.layout import log_start_on_disk
 
     appliance = Appliance(tmp_path / "appliance", log_dirs=1, settings={
         **SETTINGS, "transaction.state.log.num.partitions": "1",
@@ -89,7 +89,7 @@ def test_snapshots_compact_the_log_and_a_reload_keeps_every_id(tmp_path):
         assert epochs["tx-many-0"][1] == 39
         directory = Path(appliance.log_dirs[0]) / "__transaction_state-0"
         deadline = time.monotonic() + 10
-        while read_state(str(directory)).log_start_offset == 0:
+        while log_start_on_disk(str(directory)) == 0:
             assert time.monotonic() < deadline, "no snapshot moved the log start"
             time.sleep(0.1)
         client.close()

@@ -189,7 +189,7 @@ def test_a_snapshot_keeps_pending_and_committed_transactional_offsets(tmp_path):
     """The group log's compaction by snapshot restates committed transactional offsets as
     committed and pending ones as pending (their producer's marker still decides): after
     the log start moved past the originals and a kill -9, nothing is lost."""
-    from appliance.segments.layout import read_state
+    from appliance.segments.layout import log_start_on_disk
     from tests.groups.test_offsets_log import SMALL_SEGMENTS, commit
     from tests.transactions.exactly_once_helpers import kill_9
 
@@ -208,7 +208,7 @@ def test_a_snapshot_keeps_pending_and_committed_transactional_offsets(tmp_path):
         client = RawClient(appliance.port)
         directory = appliance.log_dirs[0] / "__consumer_offsets-0"
         rounds = 0
-        while read_state(str(directory)).log_start_offset == 0:
+        while log_start_on_disk(str(directory)) == 0:
             assert rounds < 3000, "no snapshot moved the log start"
             assert set(commit(client, "snap-filler", topic,
                               {p: rounds for p in range(4)}).values()) == {ErrorCode.NONE}
