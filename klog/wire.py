@@ -363,10 +363,16 @@ class Network:
                 self._wake_w.send(b"\0")
 
     def _drain_wakeups(self) -> None:
-        self._woken = False
+        """Empty the pipe, then clear the flag. Cleared first, a wakeup in between set it,
+        sent its byte, and the drain swallowed the byte: every later wakeup was then skipped
+        (the flag stuck) and the sender slept out its whole timeout with a batch queued
+        (75-105 s in half the runs of test_fast_send's threads). A wakeup skipped before
+        the clear is safe: the caller changed its state first, and the loop reads it after
+        this returns."""
         with contextlib.suppress(OSError):
             while self._wake_r.recv(4096):
                 pass
+        self._woken = False
 
     def close(self) -> None:
         self._closing = True  # requests lost now are ours to drop: no warning
