@@ -235,8 +235,18 @@ def test_a_corrupt_batch_stops_cleaning_that_partition_which_keeps_serving(appli
                                          "min.cleanable.dirty.ratio": "0.9"})
     first = write_updates(appliance.bootstrap, topic, 3_000, 50, seed=7)
     directory = appliance.log_dirs[0] / f"{topic}-0"
-    victim = sorted(directory.glob("*.log"))[1]  # sealed, not cleaned yet (ratio 0.9): the
-    # next updates make the log dirty enough, and the cleaner meets the damage
+    # a new log is all dirty (ratio 1 >= 0.9): let its first cleaning finish, so that the
+    # damage goes into a segment that stays (damaged before or during that cleaning, it could
+    # land in a file the swap then deleted); every later cleaning reads the cleaned head again
+    deadline = time.monotonic() + 30
+    while (cleaner_checkpoint.read(appliance.log_dirs[0]).get((topic, 0), -1) <= 0
+           or any(directory.glob("*.cleaned")) or any(directory.glob("*.swap"))):
+        assert time.monotonic() < deadline, "the first cleaning did not finish"
+        time.sleep(0.2)
+    cleaned_to = cleaner_checkpoint.read(appliance.log_dirs[0])[(topic, 0)]
+    victim = next(path for path in sorted(directory.glob("*.log"))  # cleaned, sealed, holding
+                  if int(path.stem) < cleaned_to and path.stat().st_size > 400)  # batches:
+    # the next updates make the log dirty enough again, and the next cleaning meets the damage
     with open(victim, "r+b") as file:
         file.seek(200)
         byte = file.read(1)
