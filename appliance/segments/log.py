@@ -597,4 +597,3 @@ def _state_already_says(report, log_start_offset: int, first_base: int) -> bool:
     if saved is None or saved[1]:
         return False
     return (first_base if saved[0] is None else saved[0]) == log_start_offset
-
