@@ -14,8 +14,10 @@ Layout (Kafka's, so ``kafka-dump-log`` habits carry over)::
 ``partition.state`` replaces two of Kafka's per-log-dir files (``log-start-offset-checkpoint``
 and ``.kafka_cleanshutdown``) with one per partition, so a worker never rewrites a shared file.
 It is text, ``key=value`` lines, written to a temporary file, fsynced and renamed over the old
-one, then the directory is fsynced: after a crash it is either the old or the new version.
-A missing or unreadable state file means "unclean shutdown, log start = first segment".
+one, then the directory is fsynced (inside `durable_together()` the fsyncs are shared by many
+files): after a crash it is either the old or the new version. A missing or unreadable state
+file means "unclean shutdown, log start = first segment", which is why a new partition
+writes none.
 """
 
 from __future__ import annotations
