@@ -400,7 +400,7 @@ class Worker:
         seen: dict[tuple[str, int], int] = {}
         while True:
             await asyncio.sleep(REMOTE_POLL_INTERVAL_S)
-            waiting = [k for k in self.waiters.waiting_partitions()
+            waiting = [k for k in self.waiters.readers_waiting()
                        if self.partitions.get(*k) is None]
             for key in waiting:
                 remote = self.remote.get(*key)

@@ -43,27 +43,49 @@ class AppendWaiters:
     async def wait(self, partitions, timeout_s: float, *, replica: bool = False) -> bool:
         """Wait until one of `partitions` is appended to, or the timeout; True if woken.
         `replica`: a follower's fetch (not woken by `notify_readers`)."""
+        keys = list(partitions)
+        return await self.wait_registered(self.register(keys, replica=replica), keys,
+                                          timeout_s, replica=replica)
+
+    def register(self, keys: list, *, replica: bool = False) -> asyncio.Event:
+        """Register a waiter now, in the caller's step: an append from here on sets it (a
+        fetch that has just read its partitions, and will await later, misses none)."""
         table = self._replicas if replica else self._waiting
         event = asyncio.Event()
-        keys = list(partitions)
         for key in keys:
             table[key].add(event)
+        return event
+
+    async def wait_registered(self, event: asyncio.Event, keys: list, timeout_s: float, *,
+                              replica: bool = False) -> bool:
+        """`wait`, for a waiter `register` gave (always unregistered when this ends)."""
         try:
-            await asyncio.wait_for(event.wait(), timeout_s)
+            if not event.is_set():
+                await asyncio.wait_for(event.wait(), timeout_s)
             return True
         except TimeoutError:
             return False
         finally:
-            for key in keys:
-                waiting = table.get(key)
-                if waiting is not None:
-                    waiting.discard(event)
-                    if not waiting:
-                        del table[key]
+            self.unregister(event, keys, replica=replica)
+
+    def unregister(self, event: asyncio.Event, keys: list, *, replica: bool = False) -> None:
+        """Forget a waiter `register` gave (again: harmless)."""
+        table = self._replicas if replica else self._waiting
+        for key in keys:
+            waiting = table.get(key)
+            if waiting is not None:
+                waiting.discard(event)
+                if not waiting:
+                    del table[key]
 
     def waiting_partitions(self) -> list[tuple[str, int]]:
         """The partitions some fetch waits on now."""
         return list(self._waiting.keys() | self._replicas.keys())
+
+    def readers_waiting(self) -> list[tuple[str, int]]:
+        """The partitions some consumer's fetch waits on now (a follower's fetch waits only
+        on partitions led by this worker, whose appends wake it directly)."""
+        return list(self._waiting)
 
     def statistics(self) -> dict[str, int]:
         tables = (self._waiting, self._replicas)
