@@ -88,6 +88,10 @@ METRICS: dict[str, tuple[str, str]] = {
                                      "compacted partition, as the cleaner last saw it"),
     "klog_follower_lag_messages": ("gauge", "cluster mode: the leader's log end minus a "
                                    "follower's, as the follower's last fetch stated it"),
+    "klog_fetch_sessions": ("gauge", "cluster mode: KIP-227 fetch sessions the worker keeps "
+                            "for followers (Kafka's NumIncrementalFetchSessions)"),
+    "klog_fetch_session_partitions": ("gauge", "cluster mode: partitions held in those "
+                                      "sessions (Kafka's NumIncrementalFetchPartitionsCached)"),
 }
 
 def _help(name: str) -> str:
@@ -185,6 +189,11 @@ class ApplianceCollector:
         follower_lag = GaugeMetricFamily("klog_follower_lag_messages",
                                          _help("klog_follower_lag_messages"),
                                          labels=["topic", "partition", "follower"])
+        sessions = GaugeMetricFamily("klog_fetch_sessions", _help("klog_fetch_sessions"),
+                                     labels=["worker"])
+        session_partitions = GaugeMetricFamily("klog_fetch_session_partitions",
+                                               _help("klog_fetch_session_partitions"),
+                                               labels=["worker"])
         names = _api_names()
         for worker, doc in documents.items():
             for api, version, n, failed in doc.get("requests", []):
@@ -214,9 +223,12 @@ class ApplianceCollector:
                 auth_failed.add_metric([worker], doc["authentications"][1])
             for topic, partition, follower, lag in doc.get("followers", []):
                 follower_lag.add_metric([topic, str(partition), str(follower)], lag)
+            if "fetch_sessions" in doc:
+                sessions.add_metric([worker], doc["fetch_sessions"][0])
+                session_partitions.add_metric([worker], doc["fetch_sessions"][1])
         yield from (requests, errors, latency, *connections.values(), open_now, loop_lag,
                     batch, sync, sync_failures, shrinks, expands, auth_ok, auth_failed,
-                    follower_lag)
+                    follower_lag, sessions, session_partitions)
 
     def _quotas(self, documents: dict[str, dict]):
         """Client quotas' throttling (workers/client_quotas.py), per client."""

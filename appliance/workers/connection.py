@@ -30,6 +30,7 @@ from collections import deque
 from appliance.tls.fetch_writer import ShortRead, write_through_tls
 from appliance.tls.principal import ANONYMOUS, principal_of
 from appliance.workers.authentication import Action
+from appliance.workers.fetch_sessions import FetchSessions
 from klog.protocol.chunks import FileRegion
 from klog.protocol.error_codes import ErrorCode
 from klog.protocol.server import NEED_DATA, ProtocolError, ServerConnection, error_response
@@ -89,6 +90,7 @@ class KafkaConnection(asyncio.Protocol):
         self._writable: asyncio.Future | None = None
         self._muted_until = 0.0  # client quotas: reading stops until then (monotonic)
         self._unmute: asyncio.TimerHandle | None = None
+        self.fetch_sessions = FetchSessions()  # KIP-227, a follower's (fetch_sessions.py)
 
     # asyncio callbacks -------------------------------------------------------------------
 
@@ -126,6 +128,7 @@ class KafkaConnection(asyncio.Protocol):
         if not self._admitted:
             return
         self._admitted = False
+        self.fetch_sessions.close()
         self.worker.guard.release(self._host)
         self.worker.connections.discard(self)
         if self._unmute is not None:
@@ -164,6 +167,7 @@ class KafkaConnection(asyncio.Protocol):
             request.client_host = self.peer_host
             request.principal = self.principal
             request.listener = self.listener_name
+            request.fetch_sessions = self.fetch_sessions
             self._queue.append((request, self._dispatch(request), now))
         self._update_reading()
         self._flush()

@@ -122,6 +122,17 @@ class WorkerStatistics:
         }
 
 
+def fetch_session_counts(connections) -> list[int]:
+    """[sessions, partitions held in them] over the worker's connections (fetch_sessions.py)."""
+    sessions = partitions = 0
+    for connection in list(connections):
+        held = getattr(connection, "fetch_sessions", None)
+        if held is not None:
+            sessions += len(held)
+            partitions += held.partitions_held()
+    return [sessions, partitions]
+
+
 def _ignore(*_args) -> None:
     pass
 
@@ -140,6 +151,7 @@ class MetricsPublisher:
         document = worker.statistics.document(worker.guard.stats, lag,
                                               worker.replication.follower_lags())
         document["cleaner"] = worker.cleaner.stats.document()
+        document["fetch_sessions"] = fetch_session_counts(worker.connections)
         document["quotas"] = worker.quotas.document()
         now_ms = int(self.clock() * 1000)
         try:

@@ -79,6 +79,7 @@ class Request:
     principal: str = ANONYMOUS  # who sent it: User:<name> after SASL, the certificate's on TLS
     listener: str = ""  # the name of the server's listener it came in on ("" if not told)
     handler_ns: int = 0  # time its handler ran on the loop (client quotas' request_percentage)
+    fetch_sessions: Any = None  # its connection's KIP-227 sessions (opaque here: the server's)
 
     @property
     def api_key(self) -> int:

@@ -143,6 +143,21 @@ def test_a_stalled_follower_in_the_metrics_and_cluster_status(fleet):
     wait_until(lambda: summed(leader, "klog_follower_lag_messages", **lag) == 0)
 
 
+def test_followers_fetch_in_sessions_their_leaders_count(fleet):
+    """The follower of `mirrored` (above) fetches in a KIP-227 session at its leader, which
+    holds that one partition in it; the follower's appliance leads no replicated partition
+    and keeps none."""
+    state = orjson.loads(cluster_status(fleet[0], "--json").stdout)
+    leader_node = next(p for p in state["partition_states"]
+                       if p["topic"] == "mirrored")["leader"]
+    leader = fleet[leader_node // 100 - 1]
+    follower = next(a for a in fleet if a is not leader)
+    wait_until(lambda: summed(leader, "klog_fetch_session_partitions") == 1)
+    assert summed(leader, "klog_fetch_sessions") >= 1
+    assert summed(follower, "klog_fetch_sessions") == 0
+    assert summed(follower, "klog_fetch_session_partitions") == 0
+
+
 def test_session_controller_and_offline_partitions(fleet, zookeeper):
     first, second = fleet
     views = wait_until(lambda: (lambda v: v if all(g.get("klog_zookeeper_connected") == 1

@@ -9,8 +9,10 @@ sendfile's own rounds of the event loop, and a wake-up of the reader for each pa
 Budgets follow KIP-74: `partition_max_bytes` per partition and
 `max_bytes` in all, except that the first partition with data always gets one whole batch, so
 a batch larger than the budgets can still be consumed. When fewer than `min_bytes` are ready
-the fetch waits, up to `max_wait_ms`, for an append to one of its partitions. Sessions
-(KIP-227) are not kept: session_id 0 tells clients to send full requests.
+the fetch waits, up to `max_wait_ms`, for an append to one of its partitions. Followers'
+fetches are served in KIP-227 sessions (fetch_sessions.py): an incremental request reads
+every partition of its session, and its answer leaves out those with nothing new. A
+consumer's fetch is answered session id 0, and its client sends full requests.
 
 In cluster mode a consumer's fetch (replica_id -1) is first checked against the partition's
 leadership as this worker knows it (consumer_fencing.py: FENCED_LEADER_EPOCH,
@@ -29,6 +31,7 @@ serves it, the LSO and an aborted count being published in shm beside the high w
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 
@@ -36,6 +39,7 @@ from appliance.security.acls import Operation
 from appliance.segments.errors import OffsetOutOfRangeError, StorageError
 from appliance.workers import access, leader_hints
 from appliance.workers.consumer_fencing import consumer_refusal
+from appliance.workers.fetch_sessions import FetchSessions, refusal
 from appliance.workers.handler_context import HandlerContext
 from appliance.workers.replication.identity import is_trusted_replica
 from appliance.workers.shared_state import NotPublishedError
@@ -71,9 +75,11 @@ def _aborted(readable, fetch_offset: int):
             for a in found]
 
 
-def _read(worker, topic, part, budget, must_fill, replica_id=-1, committed=False):
+def _read(worker, topic, part, budget, must_fill, replica_id=-1, committed=False,
+          incremental=False):
     """One partition's answer and the bytes it carries. Any worker serves any partition of
-    the appliance: its own from its logs, the others' through the shared-memory index."""
+    the appliance: its own from its logs, the others' through the shared-memory index.
+    `incremental`: a session's partition with nothing new is answered None (left out)."""
     if replica_id < 0:
         refused = consumer_refusal(worker.control.topic(topic), part.partition,
                                    part.current_leader_epoch, worker.node_id_of)
@@ -102,9 +108,9 @@ def _read(worker, topic, part, budget, must_fill, replica_id=-1, committed=False
         return _partition(part.partition, ErrorCode.KAFKA_STORAGE_ERROR, readable), 0, True
     except NotPublishedError:
         return _partition(part.partition, ErrorCode.NOT_LEADER_OR_FOLLOWER), 0, True
-    if piece is None or piece.length == 0:
-        return _partition(part.partition, ErrorCode.NONE, readable), 0, False
-    if piece.length > limit and not must_fill:
+    if piece is None or piece.length == 0 or piece.length > limit and not must_fill:
+        if incremental and part.unchanged(readable):
+            return None, 0, False
         return _partition(part.partition, ErrorCode.NONE, readable), 0, False
     try:
         aborted = _aborted(readable, part.fetch_offset) if committed else None
@@ -143,9 +149,11 @@ def _small_read(piece) -> bytes | None:
     return data if len(data) == piece.length else None
 
 
-def build(worker, body, denied=frozenset()):
+def build(worker, body, denied=frozenset(), incremental=False):
     """The response as it stands now, its byte count, and whether an error needs no waiting.
-    Topics in `denied` (the authorizer's refusals) answer TOPIC_AUTHORIZATION_FAILED."""
+    Topics in `denied` (the authorizer's refusals) answer TOPIC_AUTHORIZATION_FAILED.
+    `incremental`: `body` is a session's (fetch_sessions.py); partitions with nothing new,
+    and topics left with none, are left out."""
     budget = body.max_bytes if body.max_bytes > 0 else 2**31 - 1
     total = 0
     errored = False
@@ -160,11 +168,15 @@ def build(worker, body, denied=frozenset()):
                 errored = True
                 continue
             data, size, error = _read(worker, topic.topic, part, budget - total, total == 0,
-                                      body.replica_id, committed)
+                                      body.replica_id, committed, incremental)
+            if data is None:
+                continue
             partitions.append(data)
             total += size
             errored = errored or error
-        responses.append(fetch.FetchableTopicResponse(topic=topic.topic, partitions=partitions))
+        if partitions or not incremental:
+            responses.append(fetch.FetchableTopicResponse(topic=topic.topic,
+                                                          partitions=partitions))
     response = fetch.Response(throttle_time_ms=0, error_code=0, session_id=0,
                               responses=responses)
     return response, total, errored
@@ -194,34 +206,62 @@ def _refused(body, code: ErrorCode):
 
 
 def handle(worker: HandlerContext, request):
-    body = request.body
+    sessions = request.fetch_sessions
+    if sessions is None:  # not served by a connection (tests): a session lives on one
+        sessions = FetchSessions()
+    session, body, refused = sessions.open(request.body)
+    if refused != ErrorCode.NONE:
+        return refusal(refused)
+    incremental = session is not None and request.body.session_epoch > 0
     denied = _denied(worker, request, body)
     if not denied and _untrusted_replica(worker, request, body):
-        return leader_hints.add_to_fetch(worker, request,
-                                         _refused(body, ErrorCode.NOT_LEADER_OR_FOLLOWER))
-    response, total, errored = build(worker, body, denied)
+        return _answer(worker, request, session,
+                       _refused(body, ErrorCode.NOT_LEADER_OR_FOLLOWER))
+    response, total, errored = build(worker, body, denied, incremental)
     if errored or total >= body.min_bytes or body.max_wait_ms <= 0 or total > 0 and (
             body.min_bytes <= 1):
-        return leader_hints.add_to_fetch(worker, request, response)
-    poll = _long_poll(worker, body, worker.now_ms() + body.max_wait_ms, denied)
-    if request.header.api_version < leader_hints.FETCH_HINTS_VERSION:
-        return poll
-    return _hinted(worker, request, poll)
-
-
-async def _hinted(worker, request, poll):
-    """A long poll's answer with KIP-951's hints (leadership may move while it waits)."""
-    return leader_hints.add_to_fetch(worker, request, await poll)
-
-
-async def _long_poll(worker, body, deadline_ms, denied):
-    """Wait for appends. Each pass reads again before it registers its waiter, in the same
-    step (no await between them), so an append that lands after `handle` returned, but
-    before this coroutine first ran, is never missed."""
+        return _answer(worker, request, session, response)
     keys = [(t.topic, p.partition) for t in body.topics for p in t.partitions]
+    replica = body.replica_id >= 0
+    woken = worker.waiters.register(keys, replica=replica)  # in the step that just read
+    poll = _long_poll(worker, body, worker.now_ms() + body.max_wait_ms, denied, incremental,
+                      keys, woken)
+    if session is not None or request.header.api_version >= leader_hints.FETCH_HINTS_VERSION:
+        poll = _answered_later(worker, request, session, poll)
+    task = asyncio.ensure_future(poll)
+    # a task cancelled before it first runs (its connection closed) never reaches the
+    # unregistering of `woken`: this does it then
+    task.add_done_callback(lambda _: worker.waiters.unregister(woken, keys, replica=replica))
+    return task
+
+
+def _answer(worker, request, session, response):
+    """The answer as it leaves: its session's id, remembered by the session (what an
+    incremental answer leaves out is measured against it), with KIP-951's hints."""
+    if session is not None:
+        response.session_id = session.id
+        session.answered(response)
+    return leader_hints.add_to_fetch(worker, request, response)
+
+
+async def _answered_later(worker, request, session, poll):
+    """A long poll's answer, finished as `_answer` does (leadership may move while it
+    waits, and a session must remember the answer that left, not an earlier pass)."""
+    return _answer(worker, request, session, await poll)
+
+
+async def _long_poll(worker, body, deadline_ms, denied, incremental, keys, woken):
+    """Wait for appends, then read again. `woken` was registered in the same step as the
+    read before this coroutine (and each later one is registered right after its read, no
+    await between them), so an append that lands while this waits, or before it first ran,
+    is never missed."""
+    replica = body.replica_id >= 0
     while True:
-        response, total, errored = build(worker, body, denied)
         remaining_ms = deadline_ms - worker.now_ms()
-        if errored or total >= max(body.min_bytes, 1) or remaining_ms <= 0:
+        if remaining_ms > 0:
+            await worker.waiters.wait_registered(woken, keys, remaining_ms / 1000,
+                                                 replica=replica)
+        response, total, errored = build(worker, body, denied, incremental)
+        if errored or total >= max(body.min_bytes, 1) or deadline_ms <= worker.now_ms():
             return response
-        await worker.waiters.wait(keys, remaining_ms / 1000, replica=body.replica_id >= 0)
+        woken = worker.waiters.register(keys, replica=replica)

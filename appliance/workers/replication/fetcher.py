@@ -24,7 +24,10 @@ truncateFullyAndStartAt) and copies from there.
 
 The partitions to truncate are asked about in one OffsetForLeaderEpoch request, and every
 partition ready is fetched in one Fetch: a leader change of many partitions costs one round
-trip of each, not one per partition.
+trip of each, not one per partition. The Fetches of one connection form a KIP-227 session
+(fetch_session.py): after the first, a request names only the partitions whose position
+moved, and the answer leaves out those with nothing new, so an idle follower of thousands of
+partitions sends and reads almost nothing every `replica.fetch.wait.max.ms`.
 
 Pipelining a catch-up: a fetch is a round trip, and one partition catching up moves at most
 `replica.fetch.max.bytes` per trip, so with one fetch in flight the leader idles while the
@@ -56,6 +59,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from appliance.segments.errors import CorruptRecordError, StorageError
 from appliance.workers.replication.dialing import LinkSecurity
+from appliance.workers.replication.fetch_session import FollowerSession
 from appliance.workers.replication.fetch_settings import ReplicaFetchSettings
 from appliance.workers.replication.link import ReplicaLink
 from klog.protocol.apis import fetch, offset_for_leader_epoch
@@ -190,6 +194,7 @@ class ReplicaFetcher:
 
     async def _session(self, link) -> None:
         loop = asyncio.get_running_loop()
+        session = FollowerSession()  # KIP-227, one per connection (fetch_session.py)
         while self.partitions:
             now = loop.time()
             ready = [(key, f) for key, f in self.partitions.items() if f.ready_at <= now]
@@ -205,7 +210,7 @@ class ReplicaFetcher:
             wanted = [(key, f) for key, f in ready
                       if not f.truncate and self.partitions.get(key) is f]
             if wanted:
-                await self._fetch(link, wanted)
+                await self._fetch(link, wanted, session)
 
     def _refused(self, key, followed: Followed) -> None:
         """The leader refused `key` (usually a leader that does not lead yet: told within
@@ -276,10 +281,11 @@ class ReplicaFetcher:
 
     # fetching ----------------------------------------------------------------------------
 
-    async def _fetch(self, link, wanted) -> None:
+    async def _fetch(self, link, wanted, session: FollowerSession) -> None:
         """One Fetch for every partition ready, and while each answer lies wholly below the
         leader's high watermark, the next Fetch sent before this one's batches are appended
-        (module docstring: pipelining a catch-up)."""
+        (module docstring: pipelining a catch-up). In the fetch session, a partition the
+        answer leaves out has nothing new."""
         settings = getattr(self.followers, "fetch_settings", DEFAULTS)
         throttle = self.followers.throttle  # a reassignment's (throttle.py)
         limits, throttled = throttle.limits([key for key, _ in wanted], settings.max_bytes)
@@ -299,16 +305,20 @@ class ReplicaFetcher:
         asked = dict(wanted)
         self._polling = link
         try:
-            link.send(fetch.SPEC.key, FETCH_VERSION, self._request(asked, offsets, limits,
-                                                                   settings))
+            link.send(fetch.SPEC.key, FETCH_VERSION, self._request(
+                asked, offsets, limits, settings, session))
             timeout_s = settings.wait_max_ms / 1000 + 30
             while True:
                 response = await link.receive(timeout_s=timeout_s)
+                if not session.answered(response):
+                    log.info("replica fetcher to %d: the leader answered %s; opening a new "
+                             "fetch session", self.leader, ErrorCode(response.error_code).name)
+                    return
                 ahead = None if throttled or not settings.pipeline else \
                     self._ahead(response, asked)
                 if ahead is not None:  # the next Fetch travels while this one is appended
                     link.send(fetch.SPEC.key, FETCH_VERSION, self._request(
-                        asked, ahead, limits, settings))
+                        asked, ahead, limits, settings, session))
                 self._take_all(response, asked, throttled, throttle)
                 if ahead is None:
                     return
@@ -321,19 +331,13 @@ class ReplicaFetcher:
         finally:
             self._polling = None
 
-    def _request(self, asked, offsets, limits, settings) -> fetch.Request:
-        by_topic: dict[str, list] = {}
-        for (topic, index), (fetch_offset, log_start) in offsets.items():
-            by_topic.setdefault(topic, []).append(fetch.FetchPartition(
-                partition=index, current_leader_epoch=asked[(topic, index)].leader_epoch,
-                fetch_offset=fetch_offset, log_start_offset=log_start,
-                partition_max_bytes=limits[(topic, index)]))
-        return fetch.Request(
-            replica_id=self.followers.node_id, max_wait_ms=settings.wait_max_ms,
+    def _request(self, asked, offsets, limits, settings, session) -> fetch.Request:
+        positions = {key: (fetch_offset, log_start, limits[key], asked[key].leader_epoch)
+                     for key, (fetch_offset, log_start) in offsets.items()}
+        return session.request(
+            positions, replica_id=self.followers.node_id, max_wait_ms=settings.wait_max_ms,
             min_bytes=settings.min_bytes, max_bytes=settings.response_max_bytes,
-            isolation_level=0, session_id=0, session_epoch=-1,
-            topics=[fetch.FetchTopic(topic=t, partitions=p) for t, p in by_topic.items()],
-            forgotten_topics_data=[], rack_id="")
+            isolation_level=0, rack_id="")
 
     def _ahead(self, response, asked) -> dict | None:
         """The offsets to fetch next, before this answer is appended, or None to wait for
@@ -344,8 +348,16 @@ class ReplicaFetcher:
         ISR (a replica joins at the high watermark; one in the ISR is never below it), so
         claiming it a moment before the append lands cannot count as a copy that is not
         there. A follower in sync is therefore never pipelined: acks=all keeps its meaning."""
+        if not any(part.records for topic in response.responses
+                   for part in topic.partitions):
+            return None  # nothing came: nothing to pipeline
         ahead = {}
         moving = False
+        for key in asked.keys() - _keys(response):  # left out of a session's answer: nothing
+            partition = self.followers.following(key, self.leader, asked[key].leader_epoch)
+            if partition is None:
+                return None
+            ahead[key] = (partition.log.log_end_offset, partition.log.log_start_offset)
         for topic in response.responses:
             for part in topic.partitions:
                 key = (topic.topic, part.partition_index)
@@ -383,6 +395,8 @@ class ReplicaFetcher:
         return True
 
     def _take_all(self, response, asked, throttled, throttle) -> None:
+        for key in asked.keys() - _keys(response):  # left out of a session's answer: nothing
+            asked[key].answered()                    # new, and not refused
         for topic in response.responses:
             for part in topic.partitions:
                 key = (topic.topic, part.partition_index)
@@ -440,6 +454,11 @@ class ReplicaFetcher:
         followed = self.partitions.get(key)
         if followed is not None:
             followed.truncate = True
+
+
+def _keys(response) -> set[tuple[str, int]]:
+    return {(topic.topic, part.partition_index) for topic in response.responses
+            for part in topic.partitions}
 
 
 def truncation_offset(plog, ours: int, leader_epoch: int, end_offset: int) -> int:

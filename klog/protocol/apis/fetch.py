@@ -2,8 +2,9 @@
 
 The response's ``records`` accepts a :class:`~klog.protocol.chunks.FileRegion` (or a list of
 regions and byte strings), which the encoder passes through so the worker can ``sendfile`` it
-from the segment. klog never opens fetch sessions: replying ``session_id = 0`` is always valid
-(KIP-227) and clients then send full requests. v0-3 are advertised, not served. v12
+from the segment. Fetch sessions (KIP-227, ``session_id``/``session_epoch``/
+``forgotten_topics_data``) are the appliance's to keep or decline: it keeps them for its
+followers, and answers a consumer ``session_id = 0``. v0-3 are advertised, not served. v12
 (flexible) answers a partition this node does not lead with KIP-951's `current_leader`; v13+
 (topic ids) is not served: librdkafka falls back to v12 without them.
 """
