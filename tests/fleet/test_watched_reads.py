@@ -90,3 +90,29 @@ def test_a_new_session_reads_everything_again(ensemble, session, other):
     wait_until(lambda: session.state == "CONNECTED", 20, "a new session")
     wait_until(lambda: state_of(read_snapshot(reads), "kept", 1).leader_epoch == 5, 10,
                "the change made while the session was away")
+
+
+def test_the_safety_net_reads_each_node_again_within_the_interval_spread_over_passes(
+        session, other):
+    """A node changed behind the watches' back (as a lost event would leave it) is read
+    again within `refresh_s`; the re-reads of many nodes come over the interval's second
+    half, not in one pass."""
+    add_topic(other, "netted", 40)
+    now = [0.0]
+    reads = WatchedReads(session, refresh_s=60.0, clock=lambda: now[0])
+    first = read_snapshot(reads)
+    cached = reads.requests
+    reads._data[znodes.state_path("netted", 7)] = (  # a stale value no event will drop
+        znodes.PartitionState(300, 9, (300,), 1).encode(), reads._data[
+            znodes.state_path("netted", 7)][1])
+    assert state_of(read_snapshot(reads), "netted", 7).leader == 300
+    now[0] = 29.9
+    assert reads.expire() == 0
+    expired = []
+    for second in range(30, 61, 5):
+        now[0] = float(second)
+        expired.append(reads.expire())
+        read_snapshot(reads)
+    assert sum(expired) == reads.requests - cached >= 40  # every node once, at least
+    assert max(expired) < sum(expired) / 2  # spread, not one pass
+    assert read_snapshot(reads) == first and state_of(first, "netted", 7).leader == 100
