@@ -19,6 +19,7 @@ written with its expected version, so a state changed meanwhile is left for the 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from dataclasses import dataclass
 
@@ -138,9 +139,11 @@ class FencedWriter:
 
 
 def reconcile(writer: FencedWriter, snapshot: FleetSnapshot, *,
-              unclean_default: bool = False) -> int:
+              unclean_default: bool = False, written: list | None = None) -> int:
     """One pass of the controller's duties; returns the number of writes made.
-    `unclean_default`: the broker's unclean.leader.election.enable (topics may override)."""
+    `unclean_default`: the broker's unclean.leader.election.enable (topics may override).
+    `written`: if given, gets `(topic, partition, state, version)` of each partition state
+    this pass created or settled, as ZooKeeper now holds it (`with_states`)."""
     live = set(snapshot.brokers)
     shutting = nodes_of(snapshot.shutting_down, live)
     writes = 0
@@ -158,7 +161,7 @@ def reconcile(writer: FencedWriter, snapshot: FleetSnapshot, *,
             continue
         fresh = [p for p in sorted(topic.replicas) if p not in topic.states]
         if fresh:
-            writes += _create_states(writer, topic, fresh, live - shutting)
+            writes += _create_states(writer, topic, fresh, live - shutting, written)
         unclean = unclean_enabled(topic.config, unclean_default)
         for partition, replicas in sorted(topic.replicas.items()):
             if partition in topic.states:
@@ -166,10 +169,33 @@ def reconcile(writer: FencedWriter, snapshot: FleetSnapshot, *,
                                            shutting, unclean)
                 if change is not None:
                     leader = topic.states[partition][0].leader
-                    (moving if change[1].leader != leader else shrinking).append(change)
+                    (moving if change[1].leader != leader else shrinking).append(
+                        (*change, name, partition))
     # the leader elections first, then the ISR shrinks: one pipelined round trip per chunk
-    writes += sum(1 for error in write_states(writer, moving + shrinking) if error is None)
+    changes = moving + shrinking
+    errors = write_states(writer, [change[:3] for change in changes])
+    for (_, state, version, name, partition), error in zip(changes, errors):
+        if error is None:
+            writes += 1
+            if written is not None:
+                written.append((name, partition, state, version + 1))
     return writes + advance_reassignments(writer, snapshot)
+
+
+def with_states(snapshot: FleetSnapshot, written: list) -> FleetSnapshot:
+    """`snapshot` with the partition states the controller has just written (`reconcile`'s
+    `written`): what its next pass will read back, known now. Its own appliance hears of
+    the new leaders at once, not after reading back every state it wrote (10,000 after an
+    appliance's death: 5.5 s on a loaded host, issue 26)."""
+    by_topic: dict[str, dict] = {}
+    for name, partition, state, version in written:
+        by_topic.setdefault(name, {})[partition] = (state, version)
+    topics = dict(snapshot.topics)
+    for name, states in by_topic.items():
+        topic = topics.get(name)
+        if topic is not None:
+            topics[name] = dataclasses.replace(topic, states={**topic.states, **states})
+    return dataclasses.replace(snapshot, topics=topics)
 
 
 def write_states(writer: FencedWriter, changes: list) -> list[Exception | None]:
@@ -188,7 +214,7 @@ def write_states(writer: FencedWriter, changes: list) -> list[Exception | None]:
 
 
 def _create_states(writer: FencedWriter, topic: TopicState, partitions: list[int],
-                   live: set[int]) -> int:
+                   live: set[int], written: list | None = None) -> int:
     """First states of a new topic's (or its added) partitions, in one multi: each leader
     is its first live replica, each ISR its live replicas."""
     epoch = writer.election.epoch
@@ -208,7 +234,10 @@ def _create_states(writer: FencedWriter, topic: TopicState, partitions: list[int
             tx.create(path, b"")
         for partition, state in states.items():
             tx.create(znodes.state_path(topic.name, partition), state.encode())
-    return _write(writer, build, f"{znodes.topic_path(topic.name)} (new partitions)")
+    done = _write(writer, build, f"{znodes.topic_path(topic.name)} (new partitions)")
+    if done and written is not None:
+        written += [(topic.name, partition, state, 0) for partition, state in states.items()]
+    return done
 
 
 def _settle_partition(writer: FencedWriter, topic: TopicState, partition: int,

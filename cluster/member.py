@@ -6,9 +6,9 @@
 watches and by the supervisor; kazoo's callbacks only drop what the watch covered from
 the pass's cache (`WatchedReads`) and set an event, so nothing blocks kazoo's thread and the
 logic runs one pass at a time. A pass rebuilds the whole snapshot but asks ZooKeeper only for
-the nodes that changed since the last one, and reads everything again every
-FULL_READ_INTERVAL_S. The supervisor hears of each new snapshot through `on_change` (called
-on the member's thread: hand it on, do not block).
+the nodes that changed since the last one, and reads each node again within
+FULL_READ_INTERVAL_S (spread over passes). The supervisor hears of each new snapshot
+through `on_change` (called on the member's thread: hand it on, do not block).
 
 Admin requests (create, delete, producer ids) run on the caller's thread, as Kafka's admin
 client did against ZooKeeper: any appliance writes the request, the controller carries it
@@ -30,7 +30,7 @@ import orjson
 
 from cluster import isr as isr_changes
 from cluster import znodes
-from cluster.controller import Election, Fenced, FencedWriter, elect, reconcile
+from cluster.controller import Election, Fenced, FencedWriter, elect, reconcile, with_states
 from cluster.fleet_view import FleetSnapshot, read_fleet, read_snapshot
 from cluster.leadership import LeadershipConfig
 from cluster.placement import LiveNode, PlacementError, place_replicas
@@ -50,8 +50,10 @@ from klog.protocol.error_codes import ErrorCode
 log = logging.getLogger(__name__)
 
 PASS_INTERVAL_S = 1.0  # a pass runs at least this often, watches or not
-# every node is read afresh at least this often (a safety net under the watches' cache)
+# every node is read afresh at least this often (a safety net under the watches' cache),
+# each at its own moment (WatchedReads.expire), not all in one pass
 FULL_READ_INTERVAL_S = 60.0
+SLOW_PASS_S = 1.0  # a pass that takes longer says where its time went (INFO)
 CREATE_WAIT_S = 10.0  # how long a topic creation waits for the controller's partition states
 PRODUCER_ID_BLOCK = 1000
 
@@ -82,8 +84,7 @@ class ClusterMember:
         self.election: Election | None = None
         self.state = "NEW"
         self._snapshot = FleetSnapshot()
-        self.reads = WatchedReads(self.session, self.wake)
-        self._full_read_at = 0.0
+        self.reads = WatchedReads(self.session, self.wake, refresh_s=FULL_READ_INTERVAL_S)
         self._wake = threading.Event()
         self._changed = threading.Condition()
         self._connected = threading.Event()
@@ -208,16 +209,19 @@ class ClusterMember:
                 log.exception("fleet pass failed")
 
     def _pass(self) -> None:
-        if time.monotonic() >= self._full_read_at:
-            self.reads.invalidate()
-            self._full_read_at = time.monotonic() + FULL_READ_INTERVAL_S
+        started = time.monotonic()
+        self.reads.expire()  # the safety net: each value read again within the interval
         self.reads.catch_up()
+        caught_up = time.monotonic()
+        requests = self.reads.requests
         snapshot = read_snapshot(self.reads)
+        read = time.monotonic()
         if snapshot != self._snapshot:
-            with self._changed:
-                self._snapshot = snapshot
-                self._changed.notify_all()
-            self.on_change()
+            self._publish(snapshot)
+        if read - started > SLOW_PASS_S:
+            log.info("fleet pass: %.2f s to apply watch events, %.2f s to read the fleet "
+                     "(%d znodes read)", caught_up - started, read - caught_up,
+                     self.reads.requests - requests)
         if self.state != CONNECTED:
             return
         if self.election is None and snapshot.controller < 0:
@@ -234,8 +238,15 @@ class ClusterMember:
         if self.election is not None:
             try:
                 writer = FencedWriter(self.session, self.election)
+                began = time.monotonic()
+                written: list = []
                 writes = reconcile(writer, snapshot, unclean_default=(
-                    self.leadership.unclean_leader_election_enable))
+                    self.leadership.unclean_leader_election_enable), written=written)
+                if time.monotonic() - began > SLOW_PASS_S:
+                    log.info("controller: %d writes in %.2f s", writes,
+                             time.monotonic() - began)
+                if written:  # known now; the next pass reads them back
+                    self._publish(with_states(snapshot, written))
                 if not writes:  # on a snapshot that no write of this pass has made stale
                     writes = self.preferred.run(writer, snapshot)
                 if writes:
@@ -243,6 +254,12 @@ class ClusterMember:
             except Fenced as exc:
                 log.warning("deposed: %s", exc)
                 self.election = None
+
+    def _publish(self, snapshot: FleetSnapshot) -> None:
+        with self._changed:
+            self._snapshot = snapshot
+            self._changed.notify_all()
+        self.on_change()
 
     # admin ----------------------------------------------------------------------------------
 

@@ -2,12 +2,22 @@
 ensemble: partition states grouped into fenced multis (`FencedWriter.write_grouped`): every
 state of several groups lands; one state changed meanwhile by somebody else fails alone
 while the rest of its group still lands; a deposed controller writes nothing at all. And a
-topic of many partitions is deleted whole, its znodes found in pipelined reads."""
+topic of many partitions is deleted whole, its znodes found in pipelined reads; the states
+a pass wrote are known to the controller's appliance without reading them back."""
+
+import dataclasses
 
 import pytest
 
 from cluster import controller, znodes
-from cluster.controller import Fenced, FencedWriter, elect, reconcile, write_states
+from cluster.controller import (
+    Fenced,
+    FencedWriter,
+    elect,
+    reconcile,
+    with_states,
+    write_states,
+)
 from cluster.fleet_view import read_fleet
 
 PARTITIONS = controller.GROUP * 2 + 50  # three groups, the last one short
@@ -88,3 +98,30 @@ def test_a_topic_being_deleted_leaves_no_znode(session):
         znodes.partitions_path("gone"), znodes.topic_path("gone"),
         znodes.delete_request_path("gone")]
     assert session.get_many(paths) == [None] * len(paths)
+
+
+def test_the_states_written_are_known_before_they_are_read_back(session):
+    """After an appliance's death the controller settles every partition; the snapshot it
+    then publishes at once (`with_states`) is what reading ZooKeeper back gives: new
+    partitions' first states, leaders elected and ISRs shrunk, with their versions."""
+    replicas = {p: tuple(((p + i) % 3 + 1) * 100 for i in range(3)) for p in range(PARTITIONS)}
+    session.call("create", znodes.topic_path("known"), znodes.TopicAssignment(
+        replicas).encode(), makepath=True)
+    session.call("create", znodes.topic_path("fresh"), znodes.TopicAssignment(
+        {0: (200, 300), 1: (300, 200)}).encode(), makepath=True)
+    for p, r in replicas.items():
+        session.call("create", znodes.state_path("known", p),
+                     znodes.PartitionState(r[0], 0, r, 1).encode(), makepath=True)
+    election = elect(session, 2)
+    read = read_fleet(session, None)
+    survivors = {node: znodes.BrokerRegistration(node, "127.0.0.1", 9000, None)
+                 for node in (200, 300)}  # appliance 1 (node 100) is gone
+    snapshot = dataclasses.replace(read, brokers=survivors)
+    written: list = []
+    assert reconcile(FencedWriter(session, election), snapshot, written=written) == \
+        PARTITIONS + 1
+    assert len(written) == PARTITIONS + 2
+    known = with_states(snapshot, written)
+    after = dataclasses.replace(read_fleet(session, None), brokers=survivors)
+    assert known.topics == after.topics
+    assert {s.leader for s, _ in known.topics["known"].states.values()} == {200, 300}

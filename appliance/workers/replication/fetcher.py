@@ -175,7 +175,7 @@ class ReplicaFetcher:
                                               security=self.followers.link_security)
             except (OSError, TimeoutError, ConnectionError, ProtocolError) as exc:
                 if not failing:  # once per outage: the leader's node may take a while to go
-                    log.info("replica fetcher to %d: cannot connect: %s", self.leader, exc)
+                    log.info("replica fetcher to %d: cannot connect: %r", self.leader, exc)
                 failing = True
                 await asyncio.sleep(RETRY_S)
                 continue
@@ -184,7 +184,7 @@ class ReplicaFetcher:
                 await self._session(link)
             except (OSError, ProtocolError, ConnectionError, TimeoutError) as exc:
                 if not self._interrupted:
-                    log.info("replica fetcher to %d: %s; reconnecting", self.leader, exc)
+                    log.info("replica fetcher to %d: %r; reconnecting", self.leader, exc)
             finally:
                 await link.close()
             if self._interrupted:  # dropped on purpose (`add`): reconnect at once
