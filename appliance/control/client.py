@@ -251,6 +251,8 @@ class ControlPlaneClient:
                 data = self.sock.recv(1 << 16)
             except BlockingIOError:
                 return
+            except OSError as exc:  # ECONNRESET: the supervisor died with bytes unread
+                raise ControlChannelError(f"the control channel failed: {exc}") from exc
             if not data:
                 raise ControlChannelError("supervisor closed the control channel")
             self._consume(data)

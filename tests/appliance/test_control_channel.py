@@ -194,3 +194,21 @@ def test_unreadable_json_and_oversized_frames_are_refused():
         read(PREFIX.pack(3) + b"{x}")
     with pytest.raises(ControlChannelError, match="too large"):
         read(PREFIX.pack(MAX_MESSAGE_BYTES + 1))
+
+
+def test_a_supervisor_gone_with_bytes_unread_is_a_channel_error_for_the_worker():
+    """Its socket then answers ECONNRESET, which the worker's reader callback must see as the
+    channel's end (it stops), not as an exception asyncio logs with a traceback."""
+    import socket
+
+    from appliance.config import BrokerConfig
+    from appliance.control.client import ControlPlaneClient
+    worker_end, supervisor_end = socket.socketpair()
+    client = ControlPlaneClient(worker_end, defaults=BrokerConfig().log_defaults,
+                                default_partitions=1)
+    worker_end.sendall(b"unread by the supervisor")
+    supervisor_end.close()
+    worker_end.setblocking(False)
+    with pytest.raises(ControlChannelError):
+        client.pump()
+    worker_end.close()
