@@ -3,11 +3,12 @@ real three-server ZooKeeper ensemble, topics of 500 partitions, replication fact
 
 For each size: creation time (one CreateTopics per topic), the time until Metadata shows every
 partition led, Metadata of all (median of rounds, one warm connection), descriptors, RSS and
-mappings per worker (idle), then the controller's kill -9 (supervisor and workers): the time
-until every partition is led by a live node, both in ZooKeeper's state znodes (the last one
-written, by its mtime, read after) and in the Metadata every surviving appliance answers (polled
-every 0.25 s), stated beside the session timeout; then the killed appliance's start to
-serving. The measuring process shares the machine's cores: it reads gently.
+mappings per worker (idle), each worker's CPU over 10 s idle, then the controller's kill -9
+(supervisor and workers): the time until every partition is led by a live node, both in
+ZooKeeper's state znodes (the last one written, by its mtime, read after) and in the Metadata
+every surviving appliance answers (polled every 0.25 s), stated beside the session timeout;
+then the killed appliance's start to serving. The measuring process shares the machine's
+cores: it reads gently.
 
 Run: .venv/bin/python perf/bench_fleet_partitions.py [--sizes 1000,10000] [--rounds 5]
 """
@@ -15,6 +16,7 @@ Run: .venv/bin/python perf/bench_fleet_partitions.py [--sizes 1000,10000] [--rou
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import shutil
 import sys
@@ -74,6 +76,23 @@ def zk_leaders(zk, topics: list[str]) -> dict[tuple[str, int], tuple[int, float]
     return out
 
 
+IDLE_SAMPLE_S = 10.0
+
+
+def idle_cpu_percent(fleet, seconds: float) -> list[float]:
+    """Each worker's CPU (user + system, % of one core) over `seconds` with nothing written:
+    what replication costs idle (followers fetching, leaders answering)."""
+    def ticks(pid: int) -> int:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])
+    pids = [pid for a in fleet for _, pid in sorted(a.pids().items())]
+    before = {pid: ticks(pid) for pid in pids}
+    time.sleep(seconds)
+    hz = os.sysconf("SC_CLK_TCK")
+    return [(ticks(pid) - before[pid]) / hz / seconds * 100 for pid in pids]
+
+
 def all_led(leaders: dict, size: int, dead: set[int]) -> bool:
     return len(leaders) == size and all(node >= 0 and node // 100 not in dead
                                         for node in leaders.values())
@@ -120,6 +139,7 @@ def run(size: int, rounds: int, nofile: int, settings: dict[str, str],
             md_ms, seen = metadata_ms(fleet[0], rounds)
             assert seen == size, (seen, size)
             idle = [worker_figures(a) for a in fleet]
+            idle_cpu = idle_cpu_percent(fleet, IDLE_SAMPLE_S)
             controller = controller_and_epoch(zk)[0]
             victim = fleet[controller - 1]
             dead = {controller}
@@ -148,7 +168,7 @@ def run(size: int, rounds: int, nofile: int, settings: dict[str, str],
             result = dict(size=size, created_s=created_s, led_s=led_s, metadata_ms=md_ms,
                           idle=idle, controller=controller, new_controller=new_controller,
                           zk_s=zk_s, md_s=md_s, survivors_s=survivors_s, restart_s=restart_s,
-                          after=after)
+                          after=after, idle_cpu=idle_cpu)
             report(result)  # before the stop and clean-up, which may take long
         except Exception:
             for appliance in fleet:
@@ -194,6 +214,8 @@ def report(r: dict) -> None:
     print(f"{r['size']:>10} {r['created_s']:>9.2f} {r['led_s']:>9.2f} "
           f"{r['metadata_ms']:>12.1f} {r['zk_s']:>14.2f} {r['md_s']:>12.2f} "
           f"{r['md_s'] - SESSION_MS / 1000:>16.2f} {r['restart_s']:>9.2f}", flush=True)
+    print(f"{'':>10} idle CPU per worker over {IDLE_SAMPLE_S:.0f} s (% of a core): " + "  ".join(
+        f"{c:.0f}" for c in r["idle_cpu"]), flush=True)
     print(f"{'':>10} each survivor's Metadata all led after (s from the kill): " + "  ".join(
         f"{x:.2f}" for x in r["survivors_s"]), flush=True)
     print(f"{'':>10} controller {r['controller']} killed, {r['new_controller']} took over;"
