@@ -34,13 +34,8 @@ from klog.protocol.apis import fetch
 from klog.protocol.error_codes import ErrorCode
 
 MAX_SESSIONS = 4  # per connection: a follower needs one
-FINAL_EPOCH = -1
-INITIAL_EPOCH = 0
-
-
-def next_epoch(epoch: int) -> int:
-    """Kafka's: after 2**31 - 1 comes 1 (0 opens a session, -1 closes one)."""
-    return 1 if epoch >= 2**31 - 1 else epoch + 1
+FINAL_EPOCH = fetch.FINAL_SESSION_EPOCH
+INITIAL_EPOCH = fetch.INITIAL_SESSION_EPOCH
 
 
 class CachedPartition:
@@ -162,7 +157,7 @@ class FetchSessions:
         session = self._sessions.get(body.session_id)
         if session is None:
             return None, body, ErrorCode.FETCH_SESSION_ID_NOT_FOUND
-        if epoch != next_epoch(session.epoch):
+        if epoch != fetch.next_session_epoch(session.epoch):
             return None, body, ErrorCode.INVALID_FETCH_SESSION_EPOCH
         session.epoch = epoch
         session.apply(body)

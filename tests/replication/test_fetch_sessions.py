@@ -5,7 +5,7 @@ answers against a real appliance are tests/fleet/test_fetch_sessions.py's."""
 
 from __future__ import annotations
 
-from appliance.workers.fetch_sessions import MAX_SESSIONS, FetchSessions, next_epoch
+from appliance.workers.fetch_sessions import MAX_SESSIONS, FetchSessions
 from appliance.workers.replication.fetch_session import FollowerSession
 from klog.protocol.apis import fetch
 from klog.protocol.client import ClientConnection
@@ -153,7 +153,7 @@ def test_the_leader_remembers_what_each_answer_told():
 
 
 def test_epochs_wrap_past_the_largest_int32_to_one():
-    assert next_epoch(1) == 2 and next_epoch(2**31 - 1) == 1
+    assert fetch.next_session_epoch(1) == 2 and fetch.next_session_epoch(2**31 - 1) == 1
     follower = FollowerSession()
     follower.session_id, follower.epoch = 7, 2**31 - 1
     assert follower.request({}, **SETTINGS).session_epoch == 2**31 - 1

@@ -22,7 +22,7 @@ from __future__ import annotations
 from klog.protocol.apis import fetch
 from klog.protocol.error_codes import ErrorCode
 
-INITIAL_EPOCH = 0
+INITIAL_EPOCH = fetch.INITIAL_SESSION_EPOCH
 
 
 class FollowerSession:
@@ -45,7 +45,7 @@ class FollowerSession:
         self._sent = positions
         epoch = self.epoch
         if self.session_id:
-            self.epoch = 1 if epoch >= 2**31 - 1 else epoch + 1
+            self.epoch = fetch.next_session_epoch(epoch)
         return fetch.Request(
             session_id=self.session_id, session_epoch=epoch,
             topics=_by_topic(named, lambda key: _partition(key[1], positions[key]),

@@ -100,6 +100,15 @@ class FetchResponse(Message, versions="0-12", flexible="12+"):
 
 Request, Response = FetchRequest, FetchResponse
 
+# KIP-227's session epochs: -1 asks for no session (closing a named one), 0 opens one, and
+# a session's incremental requests count up from 1 (after 2**31 - 1 comes 1 again)
+FINAL_SESSION_EPOCH = -1
+INITIAL_SESSION_EPOCH = 0
+
+
+def next_session_epoch(epoch: int) -> int:
+    return 1 if epoch >= 2**31 - 1 else epoch + 1
+
 
 def error_response(request: FetchRequest | None, version: int, code: int) -> FetchResponse | None:
     """v7+ has a top-level error code; before that each requested partition carries it."""
