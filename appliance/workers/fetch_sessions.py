@@ -22,8 +22,11 @@ Kafka's rules, by the request's `session_epoch`:
 Where klog stays within what the KIP allows a broker:
 - sessions are kept per connection and closed with it (a follower opens one per connection),
   at most MAX_SESSIONS per connection;
-- only replicas' fetches get one. A consumer's fetch, or one past the limit, is answered
-  session id 0 ("no session"), and its client goes on sending full requests.
+- only a replica's fetch gets one, and only from a replica the leader trusts as one
+  (replication/identity.py, and CLUSTER_ACTION under an authorizer): a stray client must not
+  make the leader keep partitions for it. A consumer's fetch, or one past the limit, is
+  answered session id 0 ("no session"), and its client goes on sending full requests; an
+  untrusted one's incremental request, FETCH_SESSION_ID_NOT_FOUND.
 """
 
 from __future__ import annotations
@@ -140,16 +143,19 @@ class FetchSessions:
     def partitions_held(self) -> int:
         return sum(len(s.partitions) for s in self._sessions.values())
 
-    def open(self, body) -> tuple[FetchSession | None, object, ErrorCode]:
+    def open(self, body, *, keep: bool) -> tuple[FetchSession | None, object, ErrorCode]:
         """The session a request belongs to (None: a full fetch without one), the request
-        as the handler should read it, and an error that refuses the request outright."""
+        as the handler should read it, and an error that refuses the request outright.
+        `keep`: whether this request may have a session (a replica's, trusted as one)."""
         epoch = body.session_epoch
         if epoch in (FINAL_EPOCH, INITIAL_EPOCH):
             if body.session_id:
                 self._sessions.pop(body.session_id, None)
-            if epoch == FINAL_EPOCH or body.replica_id < 0 or \
-                    len(self._sessions) >= MAX_SESSIONS:
+            if epoch == FINAL_EPOCH or not keep or len(self._sessions) >= MAX_SESSIONS:
                 return None, body, ErrorCode.NONE
+        elif not keep:
+            return None, body, ErrorCode.FETCH_SESSION_ID_NOT_FOUND
+        if epoch == INITIAL_EPOCH:
             session = FetchSession(self._new_id())
             self._sessions[session.id] = session
             session.apply(body)

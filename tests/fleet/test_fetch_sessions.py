@@ -4,8 +4,9 @@ replicas leave every ISR; this test then fetches as node 200 would (the replica 
 the inter-broker listener), in a session, and reads what the leader answers: a full first
 answer with a session id, answers that leave out what has nothing new, the position last
 named kept by the leader, forgotten partitions gone, Kafka's errors for a lost session or an
-epoch out of order, none for a consumer. Appliance 2 then starts again, and its own
-follower (in sessions) copies everything written meanwhile."""
+epoch out of order, none for a consumer or for a client that is not the replica it names.
+Appliance 2 then starts again, and its own follower (in sessions) copies everything written
+meanwhile."""
 
 from __future__ import annotations
 
@@ -62,9 +63,9 @@ def write(appliance, partition: int, value: bytes) -> None:
 class Replica:
     """Fetch v11 as node 200's fetcher sends it, on one connection."""
 
-    def __init__(self, appliance, cluster_id: str, epochs: list[int]):
-        self.conn = BrokerConnection(appliance.host, appliance.port,
-                                     client_id=replica_client_id(cluster_id, IMPERSONATED))
+    def __init__(self, appliance, cluster_id: str, epochs: list[int], client_id=None):
+        self.conn = BrokerConnection(appliance.host, appliance.port, client_id=client_id or
+                                     replica_client_id(cluster_id, IMPERSONATED))
         self.leader_epochs = epochs  # by partition
 
     def fetch(self, session_id: int, session_epoch: int, offsets: dict[int, int],
@@ -137,6 +138,14 @@ def test_a_session_answers_what_is_new_at_the_position_last_named(alone, zk):
     assert closing.error_code == ErrorCode.NONE and closing.session_id == 0
     assert replica.fetch(session, 7, {}).error_code == ErrorCode.FETCH_SESSION_ID_NOT_FOUND
     replica.conn.close()
+
+    # a client that names node 200 without being its fetcher gets neither data nor a session
+    stray = Replica(leader, cluster_id, replica.leader_epochs, client_id="not-a-replica")
+    refused = stray.fetch(0, 0, {0: 0})
+    assert refused.session_id == 0
+    assert parts(refused)[0].error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert stray.fetch(12345, 1, {}).error_code == ErrorCode.FETCH_SESSION_ID_NOT_FOUND
+    stray.conn.close()
 
 
 def test_the_real_follower_catches_up_in_sessions(alone, fleet, zk):

@@ -52,7 +52,7 @@ def test_a_session_opens_full_then_names_only_what_moved_and_what_left():
 
     first = over_the_wire(follower.request(wanted, **SETTINGS))
     assert (first.session_id, first.session_epoch) == (0, 0)
-    session, view, error = leader.open(first)
+    session, view, error = leader.open(first, keep=True)
     assert error == ErrorCode.NONE and view is first
     assert held(session) == named(first) == {("a", 0): 10, ("a", 1): 20, ("b", 0): 5}
     assert follower.answered(answer(session.id, parts=wanted))
@@ -61,7 +61,7 @@ def test_a_session_opens_full_then_names_only_what_moved_and_what_left():
     quiet = over_the_wire(follower.request(wanted, **SETTINGS))
     assert (quiet.session_id, quiet.session_epoch) == (session.id, 1)
     assert named(quiet) == {} and quiet.forgotten_topics_data == []
-    _, view, error = leader.open(quiet)
+    _, view, error = leader.open(quiet, keep=True)
     assert error == ErrorCode.NONE and named(view) == {("a", 0): 10, ("a", 1): 20, ("b", 0): 5}
     assert view.max_wait_ms == 500 and view.replica_id == 200
 
@@ -71,7 +71,7 @@ def test_a_session_opens_full_then_names_only_what_moved_and_what_left():
     assert moved.session_epoch == 2
     assert named(moved) == {("a", 0): 15, ("a", 1): 20}
     assert [(f.topic, f.partitions) for f in moved.forgotten_topics_data] == [("b", [0])]
-    _, view, _ = leader.open(moved)
+    _, view, _ = leader.open(moved, keep=True)
     assert named(view) == {("a", 0): 15, ("a", 1): 20}
     assert session.partitions[("a", 1)].current_leader_epoch == 4
     assert session.partitions[("a", 0)].partition_max_bytes == 1 << 20
@@ -81,50 +81,53 @@ def test_epochs_out_of_order_or_unknown_sessions_are_refused_as_kafka_does():
     leader = FetchSessions()
     wanted = {("a", 0): partition(0, 0)}
     follower = FollowerSession()
-    session, _, _ = leader.open(over_the_wire(follower.request(wanted, **SETTINGS)))
+    session, _, _ = leader.open(over_the_wire(follower.request(wanted, **SETTINGS)), keep=True)
     follower.answered(answer(session.id))
     follower.request(wanted, **SETTINGS)  # epoch 1, lost on the way
     skipped = over_the_wire(follower.request(wanted, **SETTINGS))
     assert skipped.session_epoch == 2
-    assert leader.open(skipped)[2] == ErrorCode.INVALID_FETCH_SESSION_EPOCH
+    assert leader.open(skipped, keep=True)[2] == ErrorCode.INVALID_FETCH_SESSION_EPOCH
     stranger = fetch.Request(session_id=session.id + 1, session_epoch=1, topics=[],
                              forgotten_topics_data=[], **SETTINGS)
-    assert leader.open(stranger)[2] == ErrorCode.FETCH_SESSION_ID_NOT_FOUND
+    assert leader.open(stranger, keep=True)[2] == ErrorCode.FETCH_SESSION_ID_NOT_FOUND
 
     # the follower starts over with a full request, which opens a new session
     assert not follower.answered(answer(0, ErrorCode.INVALID_FETCH_SESSION_EPOCH))
     again = over_the_wire(follower.request(wanted, **SETTINGS))
     assert (again.session_id, again.session_epoch) == (0, 0) and named(again) == {("a", 0): 0}
-    assert leader.open(again)[0] is not None
+    assert leader.open(again, keep=True)[0] is not None
 
 
 def test_epoch_minus_one_closes_and_zero_replaces_a_named_session():
     leader = FetchSessions()
     body = over_the_wire(FollowerSession().request({("a", 0): partition(0, 0)}, **SETTINGS))
-    first = leader.open(body)[0]
+    first = leader.open(body, keep=True)[0]
     closing = fetch.Request(session_id=first.id, session_epoch=-1, topics=body.topics,
                             forgotten_topics_data=[], **SETTINGS)
-    session, view, error = leader.open(closing)
+    session, view, error = leader.open(closing, keep=True)
     assert session is None and view is closing and error == ErrorCode.NONE and len(leader) == 0
-    second = leader.open(body)[0]
+    second = leader.open(body, keep=True)[0]
     replacing = fetch.Request(session_id=second.id, session_epoch=0, topics=body.topics,
                               forgotten_topics_data=[], **SETTINGS)
-    third = leader.open(replacing)[0]
+    third = leader.open(replacing, keep=True)[0]
     assert third.id != second.id and len(leader) == 1
     incremental = fetch.Request(session_id=second.id, session_epoch=1, topics=[],
                                 forgotten_topics_data=[], **SETTINGS)
-    assert leader.open(incremental)[2] == ErrorCode.FETCH_SESSION_ID_NOT_FOUND
+    assert leader.open(incremental, keep=True)[2] == ErrorCode.FETCH_SESSION_ID_NOT_FOUND
 
 
-def test_consumers_and_requests_past_the_limit_get_no_session():
+def test_consumers_untrusted_replicas_and_requests_past_the_limit_get_no_session():
     leader = FetchSessions()
     consumer = fetch.Request(session_id=0, session_epoch=0, topics=[], forgotten_topics_data=[],
                              **{**SETTINGS, "replica_id": -1})
-    assert leader.open(consumer)[0] is None and len(leader) == 0
+    assert leader.open(consumer, keep=False)[0] is None and len(leader) == 0
+    untrusted = fetch.Request(session_id=5, session_epoch=1, topics=[],
+                              forgotten_topics_data=[], **SETTINGS)
+    assert leader.open(untrusted, keep=False)[2] == ErrorCode.FETCH_SESSION_ID_NOT_FOUND
     body = over_the_wire(FollowerSession().request({("a", 0): partition(0, 0)}, **SETTINGS))
     for _ in range(MAX_SESSIONS):
-        assert leader.open(body)[0] is not None
-    session, view, error = leader.open(body)
+        assert leader.open(body, keep=True)[0] is not None
+    session, view, error = leader.open(body, keep=True)
     assert session is None and view is body and error == ErrorCode.NONE
 
     # a follower answered session id 0 keeps sending full requests
@@ -139,7 +142,7 @@ def test_consumers_and_requests_past_the_limit_get_no_session():
 def test_the_leader_remembers_what_each_answer_told():
     leader = FetchSessions()
     body = over_the_wire(FollowerSession().request({("a", 0): partition(0, 0)}, **SETTINGS))
-    session = leader.open(body)[0]
+    session = leader.open(body, keep=True)[0]
     cached = session.partitions[("a", 0)]
 
     class Log:

@@ -182,13 +182,12 @@ def build(worker, body, denied=frozenset(), incremental=False):
     return response, total, errored
 
 
-def _denied(worker, request, body) -> frozenset[str]:
-    """A consumer needs READ on each topic; a replica CLUSTER_ACTION on the cluster (else
-    every topic is refused, as Kafka answers)."""
+def _denied(worker, request, body, cluster_allowed: bool) -> frozenset[str]:
+    """A consumer needs READ on each topic; a replica CLUSTER_ACTION on the cluster
+    (`cluster_allowed`, else every topic is refused, as Kafka answers)."""
     names = [t.topic for t in body.topics]
     if body.replica_id >= 0:
-        allowed = access.on_cluster(worker, request, Operation.CLUSTER_ACTION)
-        return frozenset() if allowed else frozenset(names)
+        return frozenset() if cluster_allowed else frozenset(names)
     return access.refused_topics(worker, request, Operation.READ, names)
 
 
@@ -206,15 +205,22 @@ def _refused(body, code: ErrorCode):
 
 
 def handle(worker: HandlerContext, request):
+    replica = request.body.replica_id >= 0
+    cluster_allowed = not replica or access.on_cluster(worker, request,
+                                                       Operation.CLUSTER_ACTION)
+    untrusted = replica and cluster_allowed and _untrusted_replica(worker, request,
+                                                                   request.body)
     sessions = request.fetch_sessions
     if sessions is None:  # not served by a connection (tests): a session lives on one
         sessions = FetchSessions()
-    session, body, refused = sessions.open(request.body)
+    # only a replica that may fetch as one gets a session (and memory of its partitions)
+    session, body, refused = sessions.open(request.body,
+                                           keep=replica and cluster_allowed and not untrusted)
     if refused != ErrorCode.NONE:
         return refusal(refused)
     incremental = session is not None and request.body.session_epoch > 0
-    denied = _denied(worker, request, body)
-    if not denied and _untrusted_replica(worker, request, body):
+    denied = _denied(worker, request, body, cluster_allowed)
+    if untrusted:
         return _answer(worker, request, session,
                        _refused(body, ErrorCode.NOT_LEADER_OR_FOLLOWER))
     response, total, errored = build(worker, body, denied, incremental)
@@ -222,7 +228,6 @@ def handle(worker: HandlerContext, request):
             body.min_bytes <= 1):
         return _answer(worker, request, session, response)
     keys = [(t.topic, p.partition) for t in body.topics for p in t.partitions]
-    replica = body.replica_id >= 0
     woken = worker.waiters.register(keys, replica=replica)  # in the step that just read
     poll = _long_poll(worker, body, worker.now_ms() + body.max_wait_ms, denied, incremental,
                       keys, woken)
