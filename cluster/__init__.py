@@ -31,6 +31,7 @@ Kafka's own paths and JSON, so Kafka's tools can read them:
 | `/kafka-acl-changes/acl_changes_<seq>`, `/kafka-acl-extended-changes/acl_changes_<seq>` | persistent sequential | `TOPIC:<name>`, resp. `{"version":1,"resourceType","name","patternType"}` after a resource's ACLs changed |
 | `/klog/appliances/<broker.id>` | ephemeral | klog's own: the appliance (rack, host) as one failure domain |
 | `/klog/controlled_shutdown/<broker.id>` | ephemeral | klog's own: the appliance asks the controller to move leadership away before it stops (`shutdown.py`) |
+| `/klog/state_changes/change-<seq>` | persistent sequential | klog's own: `{"version":1,"states":[["<state path>",<version>,"<state JSON>"]]}`, the partition states of one controller multi, written in that multi so every appliance learns them from one read; the newest 200 are kept (`state_changes.py`) |
 
 **Security.** Every supervisor follows the users and ACLs through the change notifications
 (`security_store.py`) and tells its workers; any appliance, `klog users` and `klog acls` write

@@ -21,9 +21,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from cluster import znodes
+from cluster import state_changes, znodes
 from cluster.fleet_view import FleetSnapshot, TopicState
 from cluster.leadership import UNCLEAN, nodes_of, settle, unclean_enabled
 from cluster.placement import elect_leader
@@ -60,6 +61,7 @@ def ensure_epoch_node(session: Session) -> None:
 def elect(session: Session, broker_id: int) -> Election | None:
     """Become the controller, or None if another appliance is (or won the race)."""
     ensure_epoch_node(session)
+    session.call("ensure_path", znodes.STATE_CHANGES)  # every state multi notes there
     data, stat = session.call("get", znodes.CONTROLLER_EPOCH)
     epoch = znodes.decode_epoch(data) + 1
     results = session.transaction(lambda tx: (
@@ -104,28 +106,40 @@ class FencedWriter:
                 raise error
         return errors
 
-    def write_grouped(self, builds: list) -> list[Exception | None]:
+    def write_grouped(self, builds: list,
+                      note: Callable[[range], bytes] | None = None) -> list[Exception | None]:
         """`write_many`, with up to `GROUP` builds in one multi behind one epoch check.
         ZooKeeper pays per transaction, not per op: after a kill -9 of an appliance that
         held a replica of every partition, 4,000 state writes as one multi each took 1.6-2 s
         on an idle ensemble and 6 s on a busy one; grouped, 0.05-0.2 s (issue 26). A group
         that fails because one of its states changed meanwhile (BadVersion, NoNode) is
-        written again one multi per build, so one stale state costs only itself."""
-        groups = [builds[start:start + GROUP] for start in range(0, len(builds), GROUP)]
+        written again one multi per build, so one stale state costs only itself.
+        `note(span)`: the content of a state note (`state_changes`) created in each group's
+        multi, for the builds of `span` (indices into `builds`); none for the one-by-one
+        retries, whose states the other appliances read back as before."""
+        spans = [range(start, min(start + GROUP, len(builds)))
+                 for start in range(0, len(builds), GROUP)]
 
-        def together(group):
+        def together(span):
             def guarded(tx):
                 tx.check(znodes.CONTROLLER_EPOCH, self.election.epoch_version)
-                for build in group:
-                    build(tx)
+                for i in span:
+                    builds[i](tx)
+                if note is not None:
+                    tx.create(state_changes.PREFIX, note(span), sequence=True)
             return guarded
         errors: list[Exception | None] = []
-        for group, results in zip(groups, self.session.transactions(
-                [together(group) for group in groups])):
+        noted = False
+        for span, results in zip(spans, self.session.transactions(
+                [together(span) for span in spans])):
             error = self._failure(results)
             if isinstance(error, Fenced):
                 raise error
-            errors += [None] * len(group) if error is None else self.write_many(group)
+            noted |= error is None and note is not None
+            errors += [None] * len(span) if error is None else \
+                self.write_many([builds[i] for i in span])
+        if noted:
+            state_changes.prune(self.session)
         return errors
 
     def _failure(self, results) -> Exception | None:
@@ -205,7 +219,8 @@ def write_states(writer: FencedWriter, changes: list) -> list[Exception | None]:
     pass). Fenced if we were deposed."""
     errors = writer.write_grouped([
         lambda tx, p=path, s=state, v=version: tx.set_data(p, s.encode(), version=v)
-        for path, state, version in changes])
+        for path, state, version in changes], note=lambda span: state_changes.encode(
+            [(changes[i][0], changes[i][1], changes[i][2] + 1) for i in span]))
     for (path, _, _), error in zip(changes, errors):
         if error is not None:
             log.info("%s changed meanwhile (%s); the next pass sees it", path,
@@ -234,7 +249,13 @@ def _create_states(writer: FencedWriter, topic: TopicState, partitions: list[int
             tx.create(path, b"")
         for partition, state in states.items():
             tx.create(znodes.state_path(topic.name, partition), state.encode())
+        if len(states) <= state_changes.MAX_STATES:  # the appliance that asked hears at once
+            tx.create(state_changes.PREFIX, state_changes.encode(
+                [(znodes.state_path(topic.name, p), s, 0) for p, s in states.items()]),
+                sequence=True)
     done = _write(writer, build, f"{znodes.topic_path(topic.name)} (new partitions)")
+    if done and len(states) <= state_changes.MAX_STATES:
+        state_changes.prune(writer.session)
     if done and written is not None:
         written += [(topic.name, partition, state, 0) for partition, state in states.items()]
     return done

@@ -34,6 +34,9 @@ class TopicState:
     # partitions being reassigned (KIP-455): the replicas being added and being removed
     adding: dict[int, tuple[int, ...]] = field(default_factory=dict)
     removing: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    # the zxid that created the assignment node: tells a topic from an earlier one of the
+    # same name (a note of states written before it is not about it: state_changes.py)
+    created: int = 0
 
 
 @dataclass(frozen=True)
@@ -122,7 +125,7 @@ def read_snapshot(reads, *, states: bool = True) -> FleetSnapshot:
     if epoch_node is not None:
         epoch, epoch_version = znodes.decode_epoch(epoch_node[0]), epoch_node[1].version
     assignments = {name: (znodes.TopicAssignment.decode(got[0], znodes.topic_path(name)),
-                          got[1].version)
+                          got[1].version, got[1].czxid)
                    for name, got in zip(names, assignment_nodes) if got is not None}
     election = None
     if election_node is not None:
@@ -132,8 +135,8 @@ def read_snapshot(reads, *, states: bool = True) -> FleetSnapshot:
     else:
         topics = {name: TopicState(name, assignment.partitions, version, {},
                                    _config(configs, name), assignment.adding,
-                                   assignment.removing)
-                  for name, (assignment, version) in assignments.items()}
+                                   assignment.removing, created)
+                  for name, (assignment, version, created) in assignments.items()}
     request, request_version, request_error = None, -1, None
     if request_node is not None:
         request_version = request_node[1].version
@@ -173,7 +176,7 @@ def _decoded_state(data: bytes, path: str) -> znodes.PartitionState:
 
 
 def _read_states(reads, assignments: dict, configs: dict) -> dict[str, TopicState]:
-    wanted = [(name, partition) for name, (assignment, _) in assignments.items()
+    wanted = [(name, partition) for name, (assignment, _, _) in assignments.items()
               for partition in assignment.partitions]
     found = reads.get_many([znodes.state_path(n, p) for n, p in wanted])
     states: dict[str, dict] = {name: {} for name in assignments}
@@ -182,8 +185,9 @@ def _read_states(reads, assignments: dict, configs: dict) -> dict[str, TopicStat
             path = znodes.state_path(name, partition)
             states[name][partition] = (_decoded_state(got[0], path), got[1].version)
     return {name: TopicState(name, assignment.partitions, version, states[name],
-                             _config(configs, name), assignment.adding, assignment.removing)
-            for name, (assignment, version) in assignments.items()}
+                             _config(configs, name), assignment.adding, assignment.removing,
+                             created)
+            for name, (assignment, version, created) in assignments.items()}
 
 
 def _config(configs: dict, name: str) -> dict[str, str]:

@@ -7,8 +7,10 @@ watches and by the supervisor; kazoo's callbacks only drop what the watch covere
 the pass's cache (`WatchedReads`) and set an event, so nothing blocks kazoo's thread and the
 logic runs one pass at a time. A pass rebuilds the whole snapshot but asks ZooKeeper only for
 the nodes that changed since the last one, and reads each node again within
-FULL_READ_INTERVAL_S (spread over passes). The supervisor hears of each new snapshot
-through `on_change` (called on the member's thread: hand it on, do not block).
+FULL_READ_INTERVAL_S (spread over passes). The states the controller writes also come as
+its notes (`state_changes`), read on a second thread and shown at once, before the pass
+reads them back. The supervisor hears of each new snapshot through `on_change` (called on
+either thread: hand it on, do not block).
 
 Admin requests (create, delete, producer ids) run on the caller's thread, as Kafka's admin
 client did against ZooKeeper: any appliance writes the request, the controller carries it
@@ -29,7 +31,7 @@ from dataclasses import dataclass
 import orjson
 
 from cluster import isr as isr_changes
-from cluster import znodes
+from cluster import state_changes, znodes
 from cluster.controller import Election, Fenced, FencedWriter, elect, reconcile, with_states
 from cluster.fleet_view import FleetSnapshot, read_fleet, read_snapshot
 from cluster.leadership import LeadershipConfig
@@ -85,6 +87,9 @@ class ClusterMember:
         self.state = "NEW"
         self._snapshot = FleetSnapshot()
         self.reads = WatchedReads(self.session, self.wake, refresh_s=FULL_READ_INTERVAL_S)
+        # the controller's notes of the states it writes: shown before the pass reads them
+        self.notes = state_changes.StateChangeFollower(
+            self.session, self._noted, name=f"klog-fleet-notes-{broker_id}")
         self._wake = threading.Event()
         self._changed = threading.Condition()
         self._connected = threading.Event()
@@ -106,10 +111,12 @@ class ClusterMember:
                                                            self.host).encode())
         self._pass()
         self._thread.start()
+        self.notes.start()
 
     def stop(self) -> None:
         self._stopping = True
         self._wake.set()
+        self.notes.stop()
         if self._thread.is_alive():
             self._thread.join(5)
         self.session.stop()
@@ -257,6 +264,21 @@ class ClusterMember:
 
     def _publish(self, snapshot: FleetSnapshot) -> None:
         with self._changed:
+            # a note may have shown some states newer than this read (state_changes.py)
+            snapshot = state_changes.keep_newer(snapshot, self._snapshot)
+            if snapshot == self._snapshot:
+                return
+            self._snapshot = snapshot
+            self._changed.notify_all()
+        self.on_change()
+
+    def _noted(self, changes: list) -> None:
+        """The notes' thread: states the controller wrote, shown now; the next pass reads
+        them back (and re-arms their watches) as before."""
+        with self._changed:
+            snapshot = state_changes.apply_changes(self._snapshot, changes)
+            if snapshot is self._snapshot:
+                return
             self._snapshot = snapshot
             self._changed.notify_all()
         self.on_change()

@@ -257,6 +257,17 @@ class Session:
                 out.append(result)
         return out
 
+    def delete_many(self, paths: list[str]) -> list[Exception | None]:
+        """Delete each path, pipelined as `get_many`; per path None or the error it met
+        (NoNode: deleted by somebody else meanwhile)."""
+        out: list[Exception | None] = []
+        for start in range(0, len(paths), PIPELINE_CHUNK):
+            chunk = paths[start:start + PIPELINE_CHUNK]
+            results = self._retrying(lambda c=chunk: _Gathered(
+                [self.client.delete_async(path) for path in c]), "delete")
+            out += [r if isinstance(r, Exception) else None for r in results]
+        return out
+
     def _get_or_none(self, path: str, watch):
         try:
             return self.call("get", path, watch=watch)

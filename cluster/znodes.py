@@ -25,9 +25,10 @@ APPLIANCES = "/klog/appliances"
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 PREFERRED_REPLICA_ELECTION = "/admin/preferred_replica_election"
 CONTROLLED_SHUTDOWN = "/klog/controlled_shutdown"
+STATE_CHANGES = "/klog/state_changes"  # the controller's notes of states written
 
 PERSISTENT_ROOTS = (BROKER_IDS, TOPICS, TOPIC_CONFIGS, DELETE_TOPICS, APPLIANCES, "/cluster",
-                    CONTROLLED_SHUTDOWN)
+                    CONTROLLED_SHUTDOWN, STATE_CHANGES)
 
 
 class ZnodeError(ValueError):

@@ -13,7 +13,7 @@ class RecordingWriter:
         self.election = Election(epoch=2, epoch_version=1)
         self.paths: list[str] = []
 
-    def write_grouped(self, builds):
+    def write_grouped(self, builds, note=None):
         recorder = self
 
         class Tx:

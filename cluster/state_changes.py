@@ -1,0 +1,206 @@
+"""The controller's partition-state writes, told to every appliance in the same transaction.
+
+Why: after an appliance's death the controller rewrites every partition state that named it
+(with replication factor 3 on three appliances: all of them, 10,000 in issue 26). Every other
+appliance's watches then fire, one per state, and its fleet pass reads each state back, one
+znode per request: 6 s of kazoo's single thread on a loaded host, and all that time its
+workers knew no new leader. Kafka's controller in ZooKeeper mode does not make brokers read
+the states back: it sends them (LeaderAndIsr, UpdateMetadata). klog's controller adds to
+each multi of states one sequential znode, `/klog/state_changes/change-<seq>`, holding the
+states of that multi with the versions they get. An appliance watches the directory, reads
+one znode per multi (`StateChangeFollower`) and shows the states at once (`apply_changes`).
+Its fleet pass still reads every changed state back, as before: that re-arms the watches,
+and it is what a controller decides on; the notes only make the view arrive sooner.
+
+Rules that keep the early view as good as a read:
+- a note holds what ZooKeeper committed: it is in the same multi as its states, so it
+  exists only if they were written, with exactly the versions it names;
+- a note is applied to a topic only if the topic's assignment is older than the note (its
+  czxid below the note's): a note about a deleted topic never lands on a new one of the
+  same name;
+- a state is replaced only by a higher version of it (a znode's versions only grow), and a
+  read of the fleet that comes back older than what is shown does not take a state back
+  (`keep_newer`); a state the read no longer has (its topic being deleted) is not restored;
+- the controller keeps the newest KEEP notes. An appliance that falls further behind, or
+  whose session was replaced, misses some, and reads those states back as before.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+from collections.abc import Callable
+
+import orjson
+
+from cluster import znodes
+from cluster.session import NoNodeError, Session, ZooKeeperUnavailable
+
+log = logging.getLogger(__name__)
+
+ROOT = znodes.STATE_CHANGES
+PREFIX = f"{ROOT}/change-"
+KEEP = 200  # notes kept: 40,000 states at 200 per multi
+MAX_STATES = 1000  # a larger multi (a topic's first states) goes without a note: 1 MB limit
+RELIST_S = 1.0  # the directory is listed at least this often, watch or not
+
+# (topic, partition, state, version, zxid of the transaction that wrote it)
+Change = tuple[str, int, znodes.PartitionState, int, int]
+
+
+def encode(states: list[tuple[str, znodes.PartitionState, int]]) -> bytes:
+    """A note of `(state path, state, version it gets)`."""
+    return orjson.dumps({"version": 1, "states": [
+        [path, version, state.encode().decode()] for path, state, version in states]})
+
+
+def decode(data: bytes, zxid: int, where: str) -> list[Change]:
+    """The changes of one note, written at `zxid`. Raises ZnodeError naming `where`."""
+    try:
+        raw = orjson.loads(data)
+        out = []
+        for path, version, state in raw["states"]:
+            _, _, _, topic, _, partition, _ = path.split("/")
+            out.append((topic, int(partition),
+                        znodes.PartitionState.decode(state.encode(), path), int(version), zxid))
+        return out
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise znodes.ZnodeError(f"{where}: not a note of state changes: {exc!r}") from None
+
+
+def prune(session: Session) -> None:
+    """Delete all but the newest KEEP notes (after the controller wrote some). A note
+    another appliance pruned meanwhile is no error."""
+    try:
+        names = session.call("get_children", ROOT)
+    except NoNodeError:
+        return
+    stale = sorted(names, key=_sequence)[:-KEEP]
+    if stale:
+        session.delete_many([f"{ROOT}/{name}" for name in stale])
+
+
+def _sequence(name: str) -> int:
+    try:
+        return int(name.rsplit("-", 1)[1])
+    except (IndexError, ValueError):
+        return -1
+
+
+def apply_changes(snapshot, changes: list[Change]):
+    """`snapshot` (a FleetSnapshot) with the changes that are newer than what it holds
+    (module docstring); the same object if none is."""
+    topics = snapshot.topics
+    changed: dict[str, dict] = {}
+    for name, partition, state, version, zxid in changes:
+        topic = topics.get(name)
+        if topic is None or zxid <= topic.created or partition not in topic.replicas:
+            continue
+        states = changed.get(name)
+        held = (topic.states if states is None else states).get(partition)
+        if held is not None and held[1] >= version:
+            continue
+        if states is None:
+            states = changed[name] = dict(topic.states)
+        states[partition] = (state, version)
+    if not changed:
+        return snapshot
+    return dataclasses.replace(snapshot, topics={
+        **topics, **{name: dataclasses.replace(topics[name], states=states)
+                     for name, states in changed.items()}})
+
+
+def keep_newer(read, shown):
+    """`read` (a fresh FleetSnapshot) keeping the states `shown` holds at a higher version
+    of the same znode: a read that began before a note was applied must not undo it."""
+    replaced: dict = {}
+    for name, topic in read.topics.items():
+        old = shown.topics.get(name)
+        if old is None or old.created != topic.created or old.states is topic.states:
+            continue
+        states = None
+        for partition, (state, version) in old.states.items():
+            got = topic.states.get(partition)
+            if got is not None and got[1] < version:
+                if states is None:
+                    states = dict(topic.states)
+                states[partition] = (state, version)
+        if states is not None:
+            replaced[name] = dataclasses.replace(topic, states=states)
+    if not replaced:
+        return read
+    return dataclasses.replace(read, topics={**read.topics, **replaced})
+
+
+class StateChangeFollower:
+    """Reads the notes as they come, on a thread of its own (kazoo's callback thread must
+    not block, and the fleet pass may be in the middle of a long read), and hands their
+    changes to `apply` (on this thread). Notes older than its first listing are skipped:
+    whoever starts it reads the whole fleet anyway."""
+
+    def __init__(self, session: Session, apply: Callable[[list[Change]], None], *,
+                 name: str = "klog-state-changes"):
+        self.session = session
+        self.apply = apply
+        self.notes_read = 0  # statistics, tests
+        self._last: int | None = None  # the newest sequence taken; None: not listed yet
+        self.listed = threading.Event()  # set once the first listing is done
+        self._wake = threading.Event()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping = True
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join(5)
+
+    def _watch(self, _event=None) -> None:
+        self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stopping:
+            try:
+                self.poll()
+            except ZooKeeperUnavailable as exc:
+                log.debug("state notes not read now: %s", exc)
+            except Exception:  # noqa: BLE001 - a bad note must not end the thread
+                log.exception("reading the controller's state notes failed")
+            self._wake.wait(RELIST_S)
+            self._wake.clear()
+
+    def poll(self) -> int:
+        """Read the notes written since the last call and apply them; how many changes."""
+        try:
+            names = self.session.call("get_children", ROOT, watch=self._watch)
+        except NoNodeError:
+            return 0
+        numbered = sorted((_sequence(name), name) for name in names)
+        if self._last is None:
+            self._last = numbered[-1][0] if numbered else -1
+            self.listed.set()
+            return 0
+        new = [(seq, name) for seq, name in numbered if seq > self._last]
+        if not new:
+            return 0
+        self._last = new[-1][0]
+        changes: list[Change] = []
+        for (_, name), got in zip(new, self.session.get_many([f"{ROOT}/{n}" for _, n in new])):
+            if got is None:
+                continue  # pruned meanwhile: the fleet pass reads those states
+            try:
+                changes += decode(got[0], got[1].czxid, f"{ROOT}/{name}")
+            except znodes.ZnodeError as exc:
+                log.error("%s", exc)
+        self.notes_read += len(new)
+        if changes:
+            self.apply(changes)
+        return len(changes)
+
+
+__all__ = ["KEEP", "PREFIX", "ROOT", "StateChangeFollower", "apply_changes", "decode",
+           "encode", "keep_newer", "prune"]

@@ -1,0 +1,170 @@
+"""The controller's notes of the states it writes (issue 26, `cluster/state_changes.py`),
+against a real three-server ensemble: each multi of states carries one note, in the same
+transaction, naming exactly what ZooKeeper then holds; an appliance whose fleet pass is stuck
+in a long read still shows the new states from the notes; a note about an earlier topic of
+the same name is not applied to a new one; a read older than what a note showed does not
+take a state back; the controller keeps only the newest notes."""
+
+import dataclasses
+import threading
+import uuid
+
+import pytest
+
+from cluster import controller, state_changes, znodes
+from cluster.controller import FencedWriter, elect, write_states
+from cluster.fleet_view import read_fleet
+from cluster.member import ClusterMember
+from cluster.session import Session
+
+PARTITIONS = controller.GROUP * 2 + 50  # three multis, the last one short
+
+
+def make_topic(session, name: str, partitions: int = PARTITIONS) -> list:
+    """A topic whose partitions are led by node 100 in epoch 0; (path, version) of each."""
+    replicas = {p: (100, 200, 300) for p in range(partitions)}
+    session.call("create", znodes.topic_path(name),
+                 znodes.TopicAssignment(replicas).encode(), makepath=True)
+    first = znodes.PartitionState(100, 0, (100, 200, 300), 1).encode()
+    for p in range(partitions):
+        session.call("create", znodes.state_path(name, p), first, makepath=True)
+    return [(znodes.state_path(name, p), 0) for p in range(partitions)]
+
+
+def moved(paths, epoch: int) -> list:
+    return [(path, znodes.PartitionState(200, 1, (200, 300), epoch), version)
+            for path, version in paths]
+
+
+def notes(session) -> list:
+    names = sorted(session.call("get_children", state_changes.ROOT))
+    return [(name, *session.call("get", f"{state_changes.ROOT}/{name}")) for name in names]
+
+
+def test_each_multi_of_states_carries_a_note_of_what_it_wrote(session):
+    paths = make_topic(session, "noted")
+    election = elect(session, 1)
+    assert write_states(FencedWriter(session, election), moved(paths, election.epoch)) == \
+        [None] * PARTITIONS
+    written = notes(session)
+    assert len(written) == 3  # one per multi
+    changes = [change for name, data, stat in written
+               for change in state_changes.decode(data, stat.czxid, name)]
+    assert len(changes) == PARTITIONS
+    stats = {path: got for path, got in zip(
+        [p for p, _ in paths], session.get_many([p for p, _ in paths]))}
+    for topic, partition, state, version, zxid in changes:
+        data, stat = stats[znodes.state_path(topic, partition)]
+        assert state == znodes.PartitionState.decode(data, "state")
+        assert (version, zxid) == (stat.version, stat.mzxid)  # the same transaction
+
+
+def test_a_stuck_fleet_pass_still_shows_the_new_leaders(ensemble):
+    """The member's pass is held inside its read of the states (as on a loaded host with
+    10,000 of them); the leaders the controller wrote show through the notes meanwhile,
+    and the pass's own read, once let go, agrees with them."""
+    connect = f"{ensemble.connect}/notes-{uuid.uuid4().hex[:8]}"
+    admin = Session(connect, session_timeout_ms=4000, connection_timeout_ms=10_000)
+    admin.start()
+    member = None
+    try:
+        for root in znodes.PERSISTENT_ROOTS:
+            admin.call("ensure_path", root)
+        paths = make_topic(admin, "stuck")
+        election = elect(admin, 9)  # the test controls the fleet; the member only follows
+        member = ClusterMember(connect, broker_id=2, host="127.0.0.1", session_timeout_ms=4000,
+                               connection_timeout_ms=10_000)
+        member.start()
+        assert member.wait_for(lambda s: len(s.topics["stuck"].states) == PARTITIONS, 10)
+        assert member.notes.listed.wait(10)  # notes from here on are the member's to read
+        gate, held = threading.Event(), threading.Event()
+        reads = member.reads.get_many
+
+        def slow_reads(wanted):
+            if any(path.endswith("/state") for path in wanted):
+                held.set()
+                gate.wait(30)
+            return reads(wanted)
+        member.reads.get_many = slow_reads
+        assert write_states(FencedWriter(admin, election), moved(paths, election.epoch)) == \
+            [None] * PARTITIONS
+        assert held.wait(10), "the member's pass never began to read the changed states"
+
+        def all_moved(snapshot):
+            return all(state.leader == 200 for state, _ in
+                       snapshot.topics["stuck"].states.values())
+        try:
+            assert member.wait_for(all_moved, 10)
+            assert member.notes.notes_read == 3
+        finally:
+            gate.set()
+        member.reads.get_many = reads
+        member.wake()
+        read = read_fleet(admin, None)
+        assert member.wait_for(lambda s: s.topics["stuck"] == read.topics["stuck"], 10)
+    finally:
+        if member is not None:
+            member.stop()
+        admin.stop()
+
+
+def test_a_note_about_an_earlier_topic_of_the_same_name_is_not_applied(session):
+    paths = make_topic(session, "again", 3)
+    election = elect(session, 1)
+    write_states(FencedWriter(session, election), moved(paths, election.epoch))
+    (name, data, stat), = notes(session)
+    old = state_changes.decode(data, stat.czxid, name)
+    doomed = [path for path, _ in paths] + [znodes.partition_path("again", p)
+                                             for p in range(3)]
+    session.delete_many(doomed + [znodes.partitions_path("again"),
+                                  znodes.topic_path("again")])
+    make_topic(session, "again", 3)  # a new topic: its states at version 0, leader 100
+    fresh = read_fleet(session, None)
+    assert fresh.topics["again"].created > stat.czxid
+    assert state_changes.apply_changes(fresh, old) is fresh
+    # the same note on the topic it was about does apply
+    before = dataclasses.replace(fresh, topics={"again": dataclasses.replace(
+        fresh.topics["again"], created=stat.czxid - 1)})
+    shown = state_changes.apply_changes(before, old)
+    assert {s.leader for s, _ in shown.topics["again"].states.values()} == {200}
+
+
+def test_a_read_older_than_a_note_does_not_take_a_state_back(session):
+    paths = make_topic(session, "older", 3)
+    stale = read_fleet(session, None)  # read before the write lands
+    election = elect(session, 1)
+    write_states(FencedWriter(session, election), moved(paths, election.epoch))
+    (name, data, stat), = notes(session)
+    shown = state_changes.apply_changes(stale, state_changes.decode(data, stat.czxid, name))
+    assert {v for _, v in shown.topics["older"].states.values()} == {1}
+    kept = state_changes.keep_newer(stale, shown)
+    assert kept.topics["older"].states == shown.topics["older"].states
+    # a state the read no longer has (its topic being deleted) is not brought back
+    gone = dataclasses.replace(stale, topics={"older": dataclasses.replace(
+        stale.topics["older"], states={})})
+    assert state_changes.keep_newer(gone, shown).topics["older"].states == {}
+    # a newer read wins
+    fresh = read_fleet(session, None)
+    assert state_changes.keep_newer(fresh, shown) is fresh
+
+
+def test_the_controller_keeps_only_the_newest_notes(session, monkeypatch):
+    monkeypatch.setattr(state_changes, "KEEP", 4)
+    paths = make_topic(session, "pruned", 1)
+    election = elect(session, 1)
+    version = 0
+    for epoch_leader in (200, 300) * 4:
+        state = znodes.PartitionState(epoch_leader, version + 1, (200, 300), election.epoch)
+        assert write_states(FencedWriter(session, election),
+                            [(paths[0][0], state, version)]) == [None]
+        version += 1
+    kept = notes(session)
+    assert len(kept) == 4
+    (name, data, stat) = kept[-1]
+    (_, _, _, last_version, _), = state_changes.decode(data, stat.czxid, name)
+    assert last_version == version  # the newest kept
+
+
+def test_a_note_that_does_not_parse_is_an_error_naming_it():
+    with pytest.raises(znodes.ZnodeError, match="change-7"):
+        state_changes.decode(b'{"states": [["/x", 1]]}', 5, "/klog/state_changes/change-7")
