@@ -19,14 +19,15 @@ own for one conditional write; the version check is all the safety there is to g
   read after the state, so a removal the state shows is never undone by a stale view.
 
 The written state keeps the controller epoch it had: that field records which controller
-last elected, which this write does not change.
+last elected, which this write does not change. It goes with its note, in one multi
+(`state_changes.py`): the other appliances follow states by their notes, not by watches.
 """
 
 from __future__ import annotations
 
 import logging
 
-from cluster import znodes
+from cluster import state_changes, znodes
 from cluster.leadership import nodes_of
 from cluster.session import BadVersionError, NoNodeError, Session
 from klog.protocol.error_codes import ErrorCode
@@ -60,12 +61,18 @@ def alter_partition(session: Session, topic: str, partition: int, leader_epoch: 
         if added and nodes_of(_shutting_down(session), added):
             return ErrorCode.INELIGIBLE_REPLICA
         new = znodes.PartitionState(leader, leader_epoch, tuple(isr), state.controller_epoch)
-        try:
-            session.call("set", path, new.encode(), version=stat.version)
-        except BadVersionError:
+        # with its note, in one transaction: the other appliances follow states by notes
+        results = session.transaction(lambda tx, v=stat.version, new=new: (
+            tx.set_data(path, new.encode(), version=v),
+            tx.create(state_changes.PREFIX, state_changes.encode([(path, new, v + 1)]),
+                      sequence=True)))
+        if isinstance(results, Exception) or isinstance(results[0], BadVersionError):
             continue  # changed meanwhile: decide again on what it is now
-        except NoNodeError:
+        if isinstance(results[0], NoNodeError):
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        if any(isinstance(r, Exception) for r in results):
+            log.error("%s-%d: the ISR change was refused: %s", topic, partition, results)
+            return ErrorCode.UNKNOWN_SERVER_ERROR
         log.info("%s-%d: leader %d (epoch %d) changed the ISR %s -> %s", topic, partition,
                  leader, leader_epoch, list(state.isr), list(isr))
         return ErrorCode.NONE

@@ -89,7 +89,8 @@ class ClusterMember:
         self.reads = WatchedReads(self.session, self.wake, refresh_s=FULL_READ_INTERVAL_S)
         # the controller's notes of the states it writes: shown before the pass reads them
         self.notes = state_changes.StateChangeFollower(
-            self.session, self._noted, name=f"klog-fleet-notes-{broker_id}")
+            self.session, self._noted, missed=self._missed_notes,
+            name=f"klog-fleet-notes-{broker_id}")
         self._wake = threading.Event()
         self._changed = threading.Condition()
         self._connected = threading.Event()
@@ -219,6 +220,7 @@ class ClusterMember:
         started = time.monotonic()
         self.reads.expire()  # the safety net: each value read again within the interval
         self.reads.catch_up()
+        self.notes.poll()  # every state noted before now, our own writes' included
         caught_up = time.monotonic()
         requests = self.reads.requests
         snapshot = read_snapshot(self.reads)
@@ -252,7 +254,7 @@ class ClusterMember:
                 if time.monotonic() - began > SLOW_PASS_S:
                     log.info("controller: %d writes in %.2f s", writes,
                              time.monotonic() - began)
-                if written:  # known now; the next pass reads them back
+                if written:  # known now; the next pass takes them from their notes
                     self._publish(with_states(snapshot, written))
                 if not writes:  # on a snapshot that no write of this pass has made stale
                     writes = self.preferred.run(writer, snapshot)
@@ -273,15 +275,23 @@ class ClusterMember:
         self.on_change()
 
     def _noted(self, changes: list) -> None:
-        """The notes' thread: states the controller wrote, shown now; the next pass reads
-        them back (and re-arms their watches) as before."""
+        """States written (by the controller, or a leader's appliance), from their notes:
+        shown now, and kept for the passes, which then do not read them back (states are
+        not watched: watched_reads.py). A pass runs after, for the controller's duties."""
+        self.reads.note([(c.path, c.data, c.version, c.zxid) for c in changes])
         with self._changed:
             snapshot = state_changes.apply_changes(self._snapshot, changes)
-            if snapshot is self._snapshot:
-                return
-            self._snapshot = snapshot
-            self._changed.notify_all()
-        self.on_change()
+            shown = snapshot is not self._snapshot
+            if shown:
+                self._snapshot = snapshot
+                self._changed.notify_all()
+        if shown:
+            self.on_change()
+        self.wake()
+
+    def _missed_notes(self) -> None:
+        self.reads.invalidate()
+        self.wake()
 
     # admin ----------------------------------------------------------------------------------
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from cluster import znodes
+from cluster import state_changes, znodes
 from cluster.fleet_view import FleetSnapshot, TopicState
 from cluster.placement import appliance_of, elect_leader
 from cluster.session import BadVersionError, NodeExistsError, NoNodeError
@@ -251,6 +251,10 @@ def _finish(writer, topic: TopicState, done: dict[int, znodes.PartitionState],
         for partition, state in sorted(states.items()):
             tx.set_data(znodes.state_path(topic.name, partition), state.encode(),
                         version=topic.states[partition][1])
+        if states:  # the other appliances follow states by their notes
+            tx.create(state_changes.PREFIX, state_changes.encode([
+                (znodes.state_path(topic.name, p), state, topic.states[p][1] + 1)
+                for p, state in sorted(states.items())]), sequence=True)
         if done:
             tx.set_data(znodes.topic_path(topic.name), assignment.encode(),
                         version=topic.version)

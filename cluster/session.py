@@ -224,26 +224,32 @@ class Session:
         return self._retrying(lambda: getattr(self.client, f"{method}_async")(*args, **kwargs),
                               method)
 
-    def get_many(self, paths: list[str], watch=None) -> list[tuple[bytes, object] | None]:
+    def get_many(self, paths: list[str], watch=None, *,
+                 missing_watch=None) -> list[tuple[bytes, object] | None]:
         """`(data, stat)` of each path, None for a missing one (watched for its creation when
         `watch` is given). The requests are pipelined on the session's connection, so a
         fleet of many partitions is read in a few round trips instead of one per node; in
         chunks of PIPELINE_CHUNK, each with the request timeout of its own: the timeout
         tells an unreachable ensemble, and 10,000 partition states take longer than it on a
-        busy machine (issue 26: every fleet pass failed with KazooTimeoutError)."""
+        busy machine (issue 26: every fleet pass failed with KazooTimeoutError).
+        `missing_watch`: watch the missing ones with this instead (the present ones then
+        with `watch` only, which may be None)."""
         out = []
+        missing_watch = missing_watch or watch
         for start in range(0, len(paths), PIPELINE_CHUNK):
-            out += self._get_chunk(paths[start:start + PIPELINE_CHUNK], watch)
+            out += self._get_chunk(paths[start:start + PIPELINE_CHUNK], watch, missing_watch)
         return out
 
-    def _get_chunk(self, paths: list[str], watch) -> list[tuple[bytes, object] | None]:
+    def _get_chunk(self, paths: list[str], watch,
+                   missing_watch) -> list[tuple[bytes, object] | None]:
         def start_all():
             return [self.client.get_async(path, watch=watch) for path in paths]
         results = self._retrying(lambda: _Gathered(start_all()), "get")
         missing = [i for i, r in enumerate(results) if isinstance(r, NoNodeError)]
-        if watch is not None and missing:
+        if missing_watch is not None and missing:
             created = self._retrying(lambda: _Gathered(
-                [self.client.exists_async(paths[i], watch=watch) for i in missing]), "exists")
+                [self.client.exists_async(paths[i], watch=missing_watch) for i in missing]),
+                "exists")
             for i, stat in zip(missing, created):
                 if stat is not None and not isinstance(stat, Exception):
                     results[i] = self._get_or_none(paths[i], watch)  # created meanwhile

@@ -31,6 +31,7 @@ import dataclasses
 import logging
 import threading
 from collections.abc import Callable
+from typing import NamedTuple
 
 import orjson
 
@@ -45,8 +46,14 @@ KEEP = 200  # notes kept: 40,000 states at 200 per multi
 MAX_STATES = 1000  # a larger multi (a topic's first states) goes without a note: 1 MB limit
 RELIST_S = 1.0  # the directory is listed at least this often, watch or not
 
-# (topic, partition, state, version, zxid of the transaction that wrote it)
-Change = tuple[str, int, znodes.PartitionState, int, int]
+class Change(NamedTuple):
+    topic: str
+    partition: int
+    state: znodes.PartitionState
+    version: int
+    zxid: int  # of the transaction that wrote it (the note's czxid, the state's mzxid)
+    path: str
+    data: bytes  # the state znode's content
 
 
 def encode(states: list[tuple[str, znodes.PartitionState, int]]) -> bytes:
@@ -62,8 +69,9 @@ def decode(data: bytes, zxid: int, where: str) -> list[Change]:
         out = []
         for path, version, state in raw["states"]:
             _, _, _, topic, _, partition, _ = path.split("/")
-            out.append((topic, int(partition),
-                        znodes.PartitionState.decode(state.encode(), path), int(version), zxid))
+            data = state.encode()
+            out.append(Change(topic, int(partition), znodes.PartitionState.decode(data, path),
+                              int(version), zxid, path, data))
         return out
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
         raise znodes.ZnodeError(f"{where}: not a note of state changes: {exc!r}") from None
@@ -93,7 +101,7 @@ def apply_changes(snapshot, changes: list[Change]):
     (module docstring); the same object if none is."""
     topics = snapshot.topics
     changed: dict[str, dict] = {}
-    for name, partition, state, version, zxid in changes:
+    for name, partition, state, version, zxid, _, _ in changes:
         topic = topics.get(name)
         if topic is None or zxid <= topic.created or partition not in topic.replicas:
             continue
@@ -136,13 +144,16 @@ def keep_newer(read, shown):
 class StateChangeFollower:
     """Reads the notes as they come, on a thread of its own (kazoo's callback thread must
     not block, and the fleet pass may be in the middle of a long read), and hands their
-    changes to `apply` (on this thread). Notes older than its first listing are skipped:
-    whoever starts it reads the whole fleet anyway."""
+    changes to `apply` (on the calling thread). Notes older than its first listing are
+    skipped: whoever starts it reads the whole fleet anyway. `missed` is called when notes
+    may have been pruned before they were read (the newest one taken is gone)."""
 
     def __init__(self, session: Session, apply: Callable[[list[Change]], None], *,
-                 name: str = "klog-state-changes"):
+                 missed: Callable[[], None] = lambda: None, name: str = "klog-state-changes"):
         self.session = session
         self.apply = apply
+        self.missed = missed
+        self._poll_lock = threading.Lock()  # the thread's polls and its owner's
         self.notes_read = 0  # statistics, tests
         self._last: int | None = None  # the newest sequence taken; None: not listed yet
         self.listed = threading.Event()  # set once the first listing is done
@@ -174,7 +185,12 @@ class StateChangeFollower:
             self._wake.clear()
 
     def poll(self) -> int:
-        """Read the notes written since the last call and apply them; how many changes."""
+        """Read the notes written since the last call and apply them; how many changes.
+        Any thread. Raises ZooKeeperUnavailable."""
+        with self._poll_lock:
+            return self._poll()
+
+    def _poll(self) -> int:
         try:
             names = self.session.call("get_children", ROOT, watch=self._watch)
         except NoNodeError:
@@ -187,6 +203,11 @@ class StateChangeFollower:
         new = [(seq, name) for seq, name in numbered if seq > self._last]
         if not new:
             return 0
+        if self._last >= 0 and all(seq != self._last for seq, _ in numbered) and \
+                len(numbered) >= KEEP:
+            log.warning("the controller's state notes moved on by more than %d since the "
+                        "last read: reading every state again", KEEP)
+            self.missed()
         self._last = new[-1][0]
         changes: list[Change] = []
         for (_, name), got in zip(new, self.session.get_many([f"{ROOT}/{n}" for _, n in new])):

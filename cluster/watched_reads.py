@@ -29,6 +29,16 @@ Rules that keep a cached value as good as a fresh read:
   minute, was 10,000 reads with 10,000 partitions: 9 s of the member's thread on a loaded
   host, during which it could not take over as controller (issue 26).
 
+Partition states are the exception (`get_noted`): 10,000 of them all change when an
+appliance dies, and kazoo hands one watch event at a time to Python on its one connection
+thread, a few thousand a second: with a data watch on every state, the news of the new
+leaders queued behind 10,000 events (issue 26). Every write of a state carries a note of
+it in the same transaction (`state_changes.py`), so a present state is read without a watch
+and kept until a note names it (`note`: the note's value replaces it if the note is the
+later write, by zxid), its owner forgets it (`forget`: its own write), or it expires; a
+missing one is watched for its creation as before. An appliance that may have missed a
+note (it fell more than `state_changes.KEEP` notes behind) forgets everything.
+
 Thread rules: `on_event` runs on kazoo's callback thread, `invalidate` on any thread; `get_many`
 and `children` on the owner's thread (one pass at a time). Raises what `Session` raises
 (ZooKeeperUnavailable, NoNodeError from `children`).
@@ -40,11 +50,20 @@ import random
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from cluster.session import NoNodeError, Session
 
 _UNKNOWN = object()
 CATCH_UP_S = 2.0
+
+
+@dataclass(frozen=True)
+class NotedStat:
+    """What a note tells of a state's znode: the fields of ZnodeStat the fleet view reads."""
+
+    version: int
+    mzxid: int
 
 
 class WatchedReads:
@@ -116,7 +135,7 @@ class WatchedReads:
     def _token(self, path: str) -> tuple[int, int]:
         return self._epoch, self._generations.get(path, 0)
 
-    def get_many(self, paths: list[str]) -> list[tuple | None]:
+    def get_many(self, paths: list[str], *, noted: bool = False) -> list[tuple | None]:
         """`(data, stat)` per path, None for a missing node; cached ones without a request."""
         with self._lock:
             out = [self._data.get(path, _UNKNOWN) for path in paths]
@@ -125,7 +144,9 @@ class WatchedReads:
         if not wanted:
             return out
         self.requests += len(wanted)
-        fresh = self.session.get_many([paths[i] for i in wanted], self.on_event)
+        fresh = self.session.get_many([paths[i] for i in wanted],
+                                      None if noted else self.on_event,
+                                      missing_watch=self.on_event)
         with self._lock:
             for i, token, got in zip(wanted, tokens, fresh):
                 out[i] = got
@@ -133,6 +154,30 @@ class WatchedReads:
                     self._data[paths[i]] = got
                     self._cached(paths[i])
         return out
+
+    def get_noted(self, paths: list[str]) -> list[tuple | None]:
+        """`get_many` for znodes whose every write comes with a note (module docstring):
+        a present one is read without a watch; a missing one is watched for its creation."""
+        return self.get_many(paths, noted=True)
+
+    def note(self, entries) -> None:
+        """`(path, data, version, zxid)` of noted writes: each replaces the cached value
+        unless that one is a later write (a read after the note's zxid)."""
+        with self._lock:
+            for path, data, version, zxid in entries:
+                held = self._data.get(path)
+                if held is not None and held[1].mzxid >= zxid:
+                    continue
+                self._data[path] = (data, NotedStat(version, zxid))
+                self._generations[path] = self._generations.get(path, 0) + 1
+                self._cached(path)
+
+    def forget(self, paths) -> None:
+        """Read these again on the next pass (our own writes to them)."""
+        with self._lock:
+            for path in paths:
+                self._data.pop(path, None)
+                self._generations[path] = self._generations.get(path, 0) + 1
 
     def children(self, path: str) -> list[str]:
         """The children of `path` (NoNodeError if it is missing: nothing is cached then)."""
@@ -160,8 +205,14 @@ class DirectReads:
     def get_many(self, paths: list[str]) -> list[tuple | None]:
         return self.session.get_many(paths, self.watch)
 
+    def get_noted(self, paths: list[str]) -> list[tuple | None]:
+        return self.session.get_many(paths, self.watch)
+
+    def forget(self, paths) -> None:
+        """Nothing is kept."""
+
     def children(self, path: str) -> list[str]:
         return self.session.call("get_children", path, watch=self.watch)
 
 
-__all__ = ["DirectReads", "NoNodeError", "WatchedReads"]
+__all__ = ["DirectReads", "NoNodeError", "NotedStat", "WatchedReads"]

@@ -1,7 +1,9 @@
 """The fleet pass's cache of znodes under watches (cluster/watched_reads.py), against a real
 three-server ensemble: nothing is asked again until its watch fires, what another client
 changes is read again, our own writes are seen by the next pass, and a new session reads
-everything again (its watches are gone)."""
+everything again (its watches are gone). Partition states are followed by their notes, not
+watched: a note's state replaces the cached one without a read, an older note does not, and
+a state missing is watched for its creation."""
 
 import pytest
 from kazoo.client import KazooClient
@@ -42,10 +44,35 @@ def test_a_pass_asks_only_for_what_changed(session, other):
     asked = reads.requests
     reads.catch_up()
     assert read_snapshot(reads) == first and reads.requests == asked  # nothing changed
-    other.set(znodes.state_path("orders", 3), znodes.PartitionState(200, 1, (200,), 1).encode())
-    wait_until(lambda: reads.catch_up() or state_of(read_snapshot(reads), "orders", 3).leader
-               == 200, 10, "the changed state")
-    assert reads.requests == asked + 1  # that state only
+    grown = znodes.TopicAssignment({p: (100, 200) for p in range(9)}).encode()
+    other.set(znodes.topic_path("orders"), grown)
+    wait_until(lambda: reads.catch_up() or len(read_snapshot(reads).topics["orders"].replicas)
+               == 9, 10, "the changed assignment")
+    # that assignment, and the new partition's state (missing: watched for its creation)
+    assert reads.requests == asked + 2
+    other.create(znodes.state_path("orders", 8),
+                 znodes.PartitionState(200, 0, (200,), 1).encode(), makepath=True)
+    wait_until(lambda: reads.catch_up() or 8 in read_snapshot(reads).topics["orders"].states,
+               10, "the created state")
+    assert read_snapshot(reads) == read_fleet(session, None)
+
+
+def test_a_noted_state_is_taken_from_its_note_without_a_read(session, other):
+    add_topic(other, "noted", 4)
+    reads = WatchedReads(session)
+    read_snapshot(reads)
+    asked = reads.requests
+    path = znodes.state_path("noted", 2)
+    newer = znodes.PartitionState(200, 1, (200,), 1).encode()
+    other.set(path, newer)  # as a noted write does; no watch tells the reader
+    _, stat = other.get(path)
+    reads.catch_up()
+    assert state_of(read_snapshot(reads), "noted", 2).leader == 100  # not watched
+    reads.note([(path, newer, stat.version, stat.mzxid)])
+    assert state_of(read_snapshot(reads), "noted", 2).leader == 200
+    assert reads.requests == asked
+    # a note older than what is held changes nothing
+    reads.note([(path, znodes.PartitionState(300, 0, (300,), 1).encode(), 0, stat.mzxid - 1)])
     assert read_snapshot(reads) == read_fleet(session, None)
 
 
@@ -67,13 +94,15 @@ def test_new_and_deleted_nodes_are_seen(session, other):
 
 def test_our_own_writes_are_seen_by_the_next_pass(session):
     add_topic(session.client, "mine", 1)
+    session.call("create", znodes.topic_config_path("mine"), znodes.TopicConfig({}).encode(),
+                 makepath=True)
     reads = WatchedReads(session)
     read_snapshot(reads)
-    path = znodes.state_path("mine", 0)
+    path = znodes.topic_config_path("mine")
     for epoch in range(1, 30):
-        session.call("set", path, znodes.PartitionState(100, epoch, (100,), 1).encode())
+        session.call("set", path, znodes.TopicConfig({"retention.ms": str(epoch)}).encode())
         reads.catch_up()
-        assert state_of(read_snapshot(reads), "mine", 0).leader_epoch == epoch
+        assert read_snapshot(reads).topics["mine"].config == {"retention.ms": str(epoch)}
 
 
 def test_a_new_session_reads_everything_again(ensemble, session, other):
