@@ -18,7 +18,7 @@ Kafka's own paths and JSON, so Kafka's tools can read them:
 | `/controller_epoch` | persistent | the controller epoch as text; bumped in the same multi that creates `/controller` |
 | `/brokers/ids/<node>` | ephemeral | Kafka's v5 registration: host, port, endpoints, rack; one per serving worker |
 | `/brokers/topics/<t>` | persistent | `{"version":2,"partitions":{"0":[101,201]},"adding_replicas":{},"removing_replicas":{}}`; while partition p moves (KIP-455), `partitions[p]` is its target followed by the original replicas not in it, `adding_replicas[p]` the target's new replicas, `removing_replicas[p]` the original ones it drops (`reassignment.py`) |
-| `/brokers/topics/<t>/partitions/<p>/state` | persistent | `{"version":1,"leader":101,"leader_epoch":0,"isr":[101,201],"controller_epoch":3}`, written with a conditional set by the controller (leaders, dead nodes out of the ISR) and by the leader's appliance (ISR changes, `isr.py`) |
+| `/brokers/topics/<t>/partitions/<p>/state` | persistent | `{"version":1,"leader":101,"leader_epoch":0,"isr":[101,201],"controller_epoch":3}`, written with a conditional set by the controller (leaders, dead nodes out of the ISR) and by the leader's appliance (ISR changes, `isr.py`), each write in one multi with its note in `/klog/state_changes` |
 | `/config/topics/<t>` | persistent | `{"version":1,"config":{...}}`: the topic's overrides |
 | `/admin/delete_topics/<t>` | persistent | a request to delete `t`, carried out by the controller |
 | `/admin/preferred_replica_election` | persistent | Kafka's request `{"version":1,"partitions":[{"topic":t,"partition":p}]}`: move these to their preferred replica; removed by the controller when done (`preferred.py`) |
@@ -31,7 +31,7 @@ Kafka's own paths and JSON, so Kafka's tools can read them:
 | `/kafka-acl-changes/acl_changes_<seq>`, `/kafka-acl-extended-changes/acl_changes_<seq>` | persistent sequential | `TOPIC:<name>`, resp. `{"version":1,"resourceType","name","patternType"}` after a resource's ACLs changed |
 | `/klog/appliances/<broker.id>` | ephemeral | klog's own: the appliance (rack, host) as one failure domain |
 | `/klog/controlled_shutdown/<broker.id>` | ephemeral | klog's own: the appliance asks the controller to move leadership away before it stops (`shutdown.py`) |
-| `/klog/state_changes/change-<seq>` | persistent sequential | klog's own: `{"version":1,"states":[["<state path>",<version>,"<state JSON>"]]}`, the partition states of one controller multi, written in that multi so every appliance learns them from one read; the newest 200 are kept (`state_changes.py`) |
+| `/klog/state_changes/change-<seq>` | persistent sequential | klog's own: `{"version":1,"states":[["<state path>",<version>,"<state JSON>"]]}`: the partition states written by one multi, created in that multi; appliances follow the states by these notes, not by watches on each state; the newest 200 are kept (`state_changes.py`) |
 
 **Security.** Every supervisor follows the users and ACLs through the change notifications
 (`security_store.py`) and tells its workers; any appliance, `klog users` and `klog acls` write

@@ -3,7 +3,8 @@ assignments, partition states and configs, the controller and its epoch, pending
 appliances asking for a controlled shutdown, a requested preferred-replica election, the
 pending reassignment request and the nodes' dynamic configs (replication throttles).
 
-Every read arms a watch, so any change anywhere re-runs the reader's owner, which then
+Every read arms a watch (partition states excepted: they are followed by the notes of their
+writes, state_changes.py), so any change anywhere re-runs the reader's owner, which then
 builds the whole snapshot again (level-triggered, like a reconcile loop: every decision is
 taken on a whole view, never on an edge). The member reads through `WatchedReads`, which
 asks ZooKeeper only for the nodes whose watch fired since (watched_reads.py says why that is

@@ -258,6 +258,8 @@ class ClusterMember:
                     self._publish(with_states(snapshot, written))
                 if not writes:  # on a snapshot that no write of this pass has made stale
                     writes = self.preferred.run(writer, snapshot)
+                if self.notes.count > state_changes.KEEP + state_changes.KEEP // 4:
+                    state_changes.prune(self.session)  # the leaders' ISR changes' notes
                 if writes:
                     self.wake()
             except Fenced as exc:

@@ -1,28 +1,36 @@
-"""The controller's partition-state writes, told to every appliance in the same transaction.
+"""Every write of a partition state, told to every appliance in the same transaction.
 
 Why: after an appliance's death the controller rewrites every partition state that named it
-(with replication factor 3 on three appliances: all of them, 10,000 in issue 26). Every other
-appliance's watches then fire, one per state, and its fleet pass reads each state back, one
-znode per request: 6 s of kazoo's single thread on a loaded host, and all that time its
-workers knew no new leader. Kafka's controller in ZooKeeper mode does not make brokers read
-the states back: it sends them (LeaderAndIsr, UpdateMetadata). klog's controller adds to
-each multi of states one sequential znode, `/klog/state_changes/change-<seq>`, holding the
-states of that multi with the versions they get. An appliance watches the directory, reads
-one znode per multi (`StateChangeFollower`) and shows the states at once (`apply_changes`).
-Its fleet pass still reads every changed state back, as before: that re-arms the watches,
-and it is what a controller decides on; the notes only make the view arrive sooner.
+(with replication factor 3 on three appliances: all of them, 10,000 in issue 26). With a
+data watch on each state, every other appliance then got 10,000 watch events, which kazoo
+hands to Python one at a time on its one connection thread (a few thousand a second), and
+read each state back, one znode per request: its workers heard of the new leaders 6-8 s
+after ZooKeeper had them. Kafka's controller in ZooKeeper mode does not make brokers read
+the states back either: it sends them (LeaderAndIsr, UpdateMetadata). In klog each multi
+that writes states (the controller's, a leader appliance's ISR change in `isr.py`, a
+reassignment's end) also creates one sequential znode, `/klog/state_changes/change-<seq>`,
+holding those states with the versions they get. An appliance watches the directory, reads
+one znode per multi (`StateChangeFollower`), shows the states at once (`apply_changes`) and
+keeps them for its fleet passes, which read present states without a watch
+(`WatchedReads.get_noted`, `note`).
 
-Rules that keep the early view as good as a read:
+Rules that keep the view as good as a read:
 - a note holds what ZooKeeper committed: it is in the same multi as its states, so it
-  exists only if they were written, with exactly the versions it names;
-- a note is applied to a topic only if the topic's assignment is older than the note (its
-  czxid below the note's): a note about a deleted topic never lands on a new one of the
-  same name;
-- a state is replaced only by a higher version of it (a znode's versions only grow), and a
-  read of the fleet that comes back older than what is shown does not take a state back
-  (`keep_newer`); a state the read no longer has (its topic being deleted) is not restored;
-- the controller keeps the newest KEEP notes. An appliance that falls further behind, or
-  whose session was replaced, misses some, and reads those states back as before.
+  exists only if they were written, with exactly the versions it names, and its czxid is
+  their mzxid;
+- a note replaces a kept state only if it is the later write (zxid); it is shown for a
+  topic only if the topic's assignment is older than the note (a note about a deleted
+  topic never lands on a new one of the same name), and a state kept from a deleted topic
+  is read again (`fleet_view`);
+- each pass first reads the notes written before it, so a write of our own, answered
+  before the pass began, is in it;
+- a read of the fleet that comes back older than what a note showed does not take a state
+  back (`keep_newer`); a state the read no longer has (its topic being deleted) is not
+  restored;
+- the newest KEEP notes are kept. An appliance that may have missed one (the newest it took
+  is gone and KEEP newer ones are there) reads every state again; each kept state is also
+  read again within the member's FULL_READ_INTERVAL_S, as every other cached znode.
+A state written by hand, without a note, is seen by that re-read only.
 """
 
 from __future__ import annotations
@@ -155,6 +163,7 @@ class StateChangeFollower:
         self.missed = missed
         self._poll_lock = threading.Lock()  # the thread's polls and its owner's
         self.notes_read = 0  # statistics, tests
+        self.count = 0  # notes in the directory at the last listing
         self._last: int | None = None  # the newest sequence taken; None: not listed yet
         self.listed = threading.Event()  # set once the first listing is done
         self._wake = threading.Event()
@@ -196,6 +205,7 @@ class StateChangeFollower:
         except NoNodeError:
             return 0
         numbered = sorted((_sequence(name), name) for name in names)
+        self.count = len(numbered)
         if self._last is None:
             self._last = numbered[-1][0] if numbered else -1
             self.listed.set()

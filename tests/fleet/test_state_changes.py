@@ -3,7 +3,8 @@ against a real three-server ensemble: each multi of states carries one note, in 
 transaction, naming exactly what ZooKeeper then holds; an appliance whose fleet pass is stuck
 in a long read still shows the new states from the notes; a note about an earlier topic of
 the same name is not applied to a new one; a read older than what a note showed does not
-take a state back; the controller keeps only the newest notes."""
+take a state back; the controller keeps only the newest notes; a leader's ISR change
+reaches the other appliances by its note."""
 
 import dataclasses
 import threading
@@ -12,10 +13,13 @@ import uuid
 import pytest
 
 from cluster import controller, state_changes, znodes
+from cluster import isr as isr_changes
 from cluster.controller import FencedWriter, elect, write_states
 from cluster.fleet_view import read_fleet
 from cluster.member import ClusterMember
 from cluster.session import Session
+from klog.protocol.error_codes import ErrorCode
+from tests.polling import wait_until
 
 PARTITIONS = controller.GROUP * 2 + 50  # three multis, the last one short
 
@@ -171,3 +175,40 @@ def test_the_controller_keeps_only_the_newest_notes(session, monkeypatch):
 def test_a_note_that_does_not_parse_is_an_error_naming_it():
     with pytest.raises(znodes.ZnodeError, match="change-7"):
         state_changes.decode(b'{"states": [["/x", 1]]}', 5, "/klog/state_changes/change-7")
+
+
+def test_a_leaders_isr_change_reaches_the_fleet_by_its_note(ensemble, monkeypatch):
+    """An ISR change written by a leader's appliance (`isr.py`) carries its note: another
+    appliance sees it without a watch on the state, and the controller's passes keep the
+    notes of such changes to the newest ones."""
+    monkeypatch.setattr(state_changes, "KEEP", 4)
+    connect = f"{ensemble.connect}/isr-{uuid.uuid4().hex[:8]}"
+    leader = Session(connect, session_timeout_ms=4000, connection_timeout_ms=10_000)
+    leader.start()
+    member = None
+    try:
+        for root in znodes.PERSISTENT_ROOTS:
+            leader.call("ensure_path", root)
+        make_topic(leader, "shrunk", 1)
+        for node in (100, 200, 300):  # every replica live: the controller leaves them be
+            leader.register(znodes.broker_path(node), znodes.BrokerRegistration(
+                node, "127.0.0.1", 9000 + node, None).encode())
+        member = ClusterMember(connect, broker_id=1, host="127.0.0.1", session_timeout_ms=4000,
+                               connection_timeout_ms=10_000)
+        member.start()
+        assert member.wait_for(lambda s: s.controller == 1 and len(s.brokers) == 3, 10)
+        asked = member.reads.requests
+        for round_ in range(4):
+            for isr in ((100, 200), (100, 200, 300)):
+                assert isr_changes.alter_partition(leader, "shrunk", 0, 0, isr, 100) == \
+                    ErrorCode.NONE
+                assert member.wait_for(lambda s, isr=isr: s.topics["shrunk"].states[0][0].isr
+                                       == isr, 10), (round_, isr)
+        assert member.reads.requests - asked < 8  # from the notes, not read back
+        member.wake()
+        wait_until(lambda: len(leader.call("get_children", state_changes.ROOT)) <=
+                   state_changes.KEEP + state_changes.KEEP // 4, 10, "the notes pruned")
+    finally:
+        if member is not None:
+            member.stop()
+        leader.stop()
