@@ -132,7 +132,10 @@ def read_snapshot(reads, *, states: bool = True) -> FleetSnapshot:
     if election_node is not None:
         election = (_election(election_node[0]), election_node[1].version)
     if states:
-        topics = _read_states(reads, assignments, configs)
+        # states are followed by their notes once every appliance writes them (a fleet in a
+        # rolling upgrade from before the notes watches each state, as it did)
+        noted = bool(appliances) and all(a.state_notes for a in appliances.values())
+        topics = _read_states(reads, assignments, configs, noted)
     else:
         topics = {name: TopicState(name, assignment.partitions, version, {},
                                    _config(configs, name), assignment.adding,
@@ -176,18 +179,20 @@ def _decoded_state(data: bytes, path: str) -> znodes.PartitionState:
         return znodes.PartitionState.decode(data, path)
 
 
-def _read_states(reads, assignments: dict, configs: dict) -> dict[str, TopicState]:
+def _read_states(reads, assignments: dict, configs: dict,
+                 noted: bool) -> dict[str, TopicState]:
     wanted = [(name, partition) for name, (assignment, _, _) in assignments.items()
               for partition in assignment.partitions]
     paths = [znodes.state_path(n, p) for n, p in wanted]
-    found = reads.get_noted(paths)
+    get = reads.get_noted if noted else reads.get_many
+    found = get(paths)
     # a state kept from a deleted topic of the same name (states are followed by notes, not
     # watched: watched_reads.py) is older than its assignment: read it again
     stale = [i for i, ((name, _), got) in enumerate(zip(wanted, found))
              if got is not None and got[1].mzxid < assignments[name][2]]
     if stale:
         reads.forget([paths[i] for i in stale])
-        for i, got in zip(stale, reads.get_noted([paths[i] for i in stale])):
+        for i, got in zip(stale, get([paths[i] for i in stale])):
             found[i] = got
     states: dict[str, dict] = {name: {} for name in assignments}
     for (name, partition), got in zip(wanted, found):

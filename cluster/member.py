@@ -109,7 +109,7 @@ class ClusterMember:
         self.cluster_id = self._cluster_id()
         self.session.register(znodes.appliance_path(self.broker_id),
                               znodes.ApplianceRegistration(self.broker_id, self.rack,
-                                                           self.host).encode())
+                                                           self.host, True).encode())
         self._pass()
         self._thread.start()
         self.notes.start()

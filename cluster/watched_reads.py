@@ -37,7 +37,9 @@ it in the same transaction (`state_changes.py`), so a present state is read with
 and kept until a note names it (`note`: the note's value replaces it if the note is the
 later write, by zxid), its owner forgets it (`forget`: its own write), or it expires; a
 missing one is watched for its creation as before. An appliance that may have missed a
-note (it fell more than `state_changes.KEEP` notes behind) forgets everything.
+note (it fell more than `state_changes.KEEP` notes behind) forgets everything. While an
+appliance from before the notes is live (a rolling upgrade: its writes have none), states
+are read with `get_many` again, which reads a value kept without a watch again, under one.
 
 Thread rules: `on_event` runs on kazoo's callback thread, `invalidate` on any thread; `get_many`
 and `children` on the owner's thread (one pass at a time). Raises what `Session` raises
@@ -80,6 +82,7 @@ class WatchedReads:
         self._children: dict[str, list[str]] = {}
         self._expiry: dict[str, float] = {}  # path -> when its cached values are forgotten
         self._generations: dict[str, int] = {}
+        self._unwatched: set[str] = set()  # present values kept without a data watch
         self._epoch = 0
         self.requests = 0  # reads sent to ZooKeeper (statistics, tests)
 
@@ -112,6 +115,7 @@ class WatchedReads:
         self._children.clear()
         self._expiry.clear()
         self._generations.clear()
+        self._unwatched.clear()
 
     def expire(self) -> int:
         """Forget the values whose time has come (module docstring); how many paths. Called
@@ -138,7 +142,11 @@ class WatchedReads:
     def get_many(self, paths: list[str], *, noted: bool = False) -> list[tuple | None]:
         """`(data, stat)` per path, None for a missing node; cached ones without a request."""
         with self._lock:
-            out = [self._data.get(path, _UNKNOWN) for path in paths]
+            if noted or not self._unwatched:
+                out = [self._data.get(path, _UNKNOWN) for path in paths]
+            else:  # one kept without a watch is read again, under one
+                out = [_UNKNOWN if path in self._unwatched else self._data.get(path, _UNKNOWN)
+                       for path in paths]
             wanted = [i for i, got in enumerate(out) if got is _UNKNOWN]
             tokens = [self._token(paths[i]) for i in wanted]
         if not wanted:
@@ -153,6 +161,10 @@ class WatchedReads:
                 if self._token(paths[i]) == token:
                     self._data[paths[i]] = got
                     self._cached(paths[i])
+                    if noted and got is not None:
+                        self._unwatched.add(paths[i])
+                    else:
+                        self._unwatched.discard(paths[i])
         return out
 
     def get_noted(self, paths: list[str]) -> list[tuple | None]:
@@ -169,6 +181,7 @@ class WatchedReads:
                 if held is not None and held[1].mzxid >= zxid:
                     continue
                 self._data[path] = (data, NotedStat(version, zxid))
+                self._unwatched.add(path)
                 self._generations[path] = self._generations.get(path, 0) + 1
                 self._cached(path)
 

@@ -155,16 +155,20 @@ class ApplianceRegistration:
     broker_id: int
     rack: str | None
     host: str
+    # it writes a note with every partition state (state_changes.py) and follows states by
+    # them; the fleet does so only once every live appliance does (a rolling upgrade)
+    state_notes: bool = False
 
     def encode(self) -> bytes:
         return _dump({"version": 1, "broker_id": self.broker_id, "rack": self.rack,
-                      "host": self.host})
+                      "host": self.host, "state_notes": self.state_notes})
 
     @classmethod
     def decode(cls, data: bytes, path: str) -> ApplianceRegistration:
         raw = _load(data, path)
         try:
-            return cls(int(raw["broker_id"]), raw.get("rack"), str(raw["host"]))
+            return cls(int(raw["broker_id"]), raw.get("rack"), str(raw["host"]),
+                       raw.get("state_notes") is True)
         except (KeyError, TypeError, ValueError) as exc:
             raise ZnodeError(f"{path}: not an appliance registration: {exc}") from None
 

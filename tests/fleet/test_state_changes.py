@@ -64,17 +64,28 @@ def test_each_multi_of_states_carries_a_note_of_what_it_wrote(session):
         assert (path, raw) == (znodes.state_path(topic, partition), data)
 
 
-def test_a_stuck_fleet_pass_still_shows_the_new_leaders(ensemble):
+@pytest.fixture
+def chroot(ensemble):
+    """A fresh chroot of the ensemble with klog's roots, and a session in it (the test's
+    own: a controller, or a leader's appliance)."""
+    connect = f"{ensemble.connect}/notes-{uuid.uuid4().hex[:8]}"
+    session = Session(connect, session_timeout_ms=4000, connection_timeout_ms=10_000)
+    session.start()
+    try:
+        for root in znodes.PERSISTENT_ROOTS:
+            session.call("ensure_path", root)
+        yield connect, session
+    finally:
+        session.stop()
+
+
+def test_a_stuck_fleet_pass_still_shows_the_new_leaders(chroot):
     """The member's pass is held inside its read of the states (as on a loaded host with
     10,000 of them); the leaders the controller wrote show through the notes meanwhile,
     the pass, once let go, agrees with ZooKeeper, and it read none of them back."""
-    connect = f"{ensemble.connect}/notes-{uuid.uuid4().hex[:8]}"
-    admin = Session(connect, session_timeout_ms=4000, connection_timeout_ms=10_000)
-    admin.start()
+    connect, admin = chroot
     member = None
     try:
-        for root in znodes.PERSISTENT_ROOTS:
-            admin.call("ensure_path", root)
         paths = make_topic(admin, "stuck")
         election = elect(admin, 9)  # the test controls the fleet; the member only follows
         member = ClusterMember(connect, broker_id=2, host="127.0.0.1", session_timeout_ms=4000,
@@ -112,7 +123,6 @@ def test_a_stuck_fleet_pass_still_shows_the_new_leaders(ensemble):
     finally:
         if member is not None:
             member.stop()
-        admin.stop()
 
 
 def test_a_note_about_an_earlier_topic_of_the_same_name_is_not_applied(session):
@@ -177,18 +187,14 @@ def test_a_note_that_does_not_parse_is_an_error_naming_it():
         state_changes.decode(b'{"states": [["/x", 1]]}', 5, "/klog/state_changes/change-7")
 
 
-def test_a_leaders_isr_change_reaches_the_fleet_by_its_note(ensemble, monkeypatch):
+def test_a_leaders_isr_change_reaches_the_fleet_by_its_note(chroot, monkeypatch):
     """An ISR change written by a leader's appliance (`isr.py`) carries its note: another
     appliance sees it without a watch on the state, and the controller's passes keep the
     notes of such changes to the newest ones."""
     monkeypatch.setattr(state_changes, "KEEP", 4)
-    connect = f"{ensemble.connect}/isr-{uuid.uuid4().hex[:8]}"
-    leader = Session(connect, session_timeout_ms=4000, connection_timeout_ms=10_000)
-    leader.start()
+    connect, leader = chroot
     member = None
     try:
-        for root in znodes.PERSISTENT_ROOTS:
-            leader.call("ensure_path", root)
         make_topic(leader, "shrunk", 1)
         for node in (100, 200, 300):  # every replica live: the controller leaves them be
             leader.register(znodes.broker_path(node), znodes.BrokerRegistration(
@@ -211,4 +217,3 @@ def test_a_leaders_isr_change_reaches_the_fleet_by_its_note(ensemble, monkeypatc
     finally:
         if member is not None:
             member.stop()
-        leader.stop()

@@ -1,9 +1,10 @@
 """The fleet pass's cache of znodes under watches (cluster/watched_reads.py), against a real
 three-server ensemble: nothing is asked again until its watch fires, what another client
 changes is read again, our own writes are seen by the next pass, and a new session reads
-everything again (its watches are gone). Partition states are followed by their notes, not
-watched: a note's state replaces the cached one without a read, an older note does not, and
-a state missing is watched for its creation."""
+everything again (its watches are gone). Once every appliance writes notes, partition
+states are followed by them, not watched: a note's state replaces the cached one without a
+read, an older note does not, and a state missing is watched for its creation; while one
+appliance from before the notes is live, states are watched as before."""
 
 import pytest
 from kazoo.client import KazooClient
@@ -57,8 +58,38 @@ def test_a_pass_asks_only_for_what_changed(session, other):
     assert read_snapshot(reads) == read_fleet(session, None)
 
 
+def register(client, broker_id: int, state_notes: bool) -> None:
+    client.create(znodes.appliance_path(broker_id), znodes.ApplianceRegistration(
+        broker_id, None, "127.0.0.1", state_notes).encode(), makepath=True)
+
+
+def test_states_are_watched_until_every_appliance_writes_notes(session, other):
+    """A fleet in a rolling upgrade: while an appliance from before the notes is live, its
+    ISR changes come without one, so every state is watched as before; once it is gone,
+    states are followed by their notes."""
+    add_topic(other, "rolling", 2)
+    register(other, 1, True)
+    register(other, 2, False)  # from before the notes
+    reads = WatchedReads(session)
+    read_snapshot(reads)
+    path = znodes.state_path("rolling", 1)
+    other.set(path, znodes.PartitionState(100, 0, (100,), 1).encode())  # no note
+    wait_until(lambda: reads.catch_up() or state_of(read_snapshot(reads), "rolling", 1).isr
+               == (100,), 10, "the watched state")
+    other.delete(znodes.appliance_path(2))
+    wait_until(lambda: reads.catch_up() or 2 not in read_snapshot(reads).appliances, 10,
+               "the old appliance gone")
+    other.set(path, znodes.PartitionState(100, 0, (100, 200), 1).encode())  # no note
+    reads.catch_up()
+    assert state_of(read_snapshot(reads), "rolling", 1).isr == (100,)  # not watched now
+    register(other, 3, False)  # one from before the notes comes back: watched again
+    wait_until(lambda: reads.catch_up() or state_of(read_snapshot(reads), "rolling", 1).isr
+               == (100, 200), 10, "the state read again under a watch")
+
+
 def test_a_noted_state_is_taken_from_its_note_without_a_read(session, other):
     add_topic(other, "noted", 4)
+    register(other, 1, True)
     reads = WatchedReads(session)
     read_snapshot(reads)
     asked = reads.requests
