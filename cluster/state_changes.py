@@ -87,14 +87,15 @@ def decode(data: bytes, zxid: int, where: str) -> list[Change]:
 
 def prune(session: Session) -> None:
     """Delete all but the newest KEEP notes (after the controller wrote some). A note
-    another appliance pruned meanwhile is no error."""
+    another appliance pruned meanwhile is no error, and neither is an ensemble out of
+    reach: the writes it follows have landed, and a later prune does the same."""
     try:
         names = session.call("get_children", ROOT)
-    except NoNodeError:
-        return
-    stale = sorted(names, key=_sequence)[:-KEEP]
-    if stale:
-        session.delete_many([f"{ROOT}/{name}" for name in stale])
+        stale = sorted(names, key=_sequence)[:-KEEP]
+        if stale:
+            session.delete_many([f"{ROOT}/{name}" for name in stale])
+    except (NoNodeError, ZooKeeperUnavailable) as exc:
+        log.debug("state notes not pruned now: %r", exc)
 
 
 def _sequence(name: str) -> int:
