@@ -5,8 +5,9 @@ here). This installs the worker's own: SIGTERM and SIGINT stop it gracefully. It
 catalog from the supervisor, opens and recovers its partitions, serves on the sockets the
 supervisor bound (one per listener), beats its heartbeat in the shared-memory region, and
 exits when told to stop or when the supervisor disappears (its control channel closes). Exit
-codes are named in `appliance.exit_codes`: a disk that cannot be read at start is DISK_FAILED,
-anything else that prevents starting is BOOT_ERROR.
+codes are named in `appliance.exit_codes`: a disk that cannot be read at start, or that
+refuses a topic change later, is DISK_FAILED; anything else that prevents starting is
+BOOT_ERROR.
 """
 
 from __future__ import annotations
@@ -82,6 +83,7 @@ async def _serve(worker: Worker, sock, control: ControlPlaneClient, region) -> i
             orphaned = True
             stop.set()
 
+    worker.on_disk_failure = stop.set
     control.sock.setblocking(False)
     loop.add_reader(control.sock.fileno(), pump_control)
     control.on_kept = lambda: loop.call_soon(pump_control)
@@ -105,7 +107,7 @@ async def _serve(worker: Worker, sock, control: ControlPlaneClient, region) -> i
                     bound_s)
         signal.alarm(bound_s)
     await worker.stop()
-    return OK
+    return OK if worker.disk_failure is None else DISK_FAILED
 
 
 async def _beat(region, index: int) -> None:

@@ -15,6 +15,7 @@ import dataclasses
 import logging
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from appliance.client_quotas.dynamic_store import DynamicConfigQuotaStore
@@ -76,6 +77,11 @@ class Worker:
         self.config = config
         self.index = index
         self.clock = clock
+        # set when this worker's log dir failed after start (a topic change could not be
+        # written): it stops and exits DISK_FAILED, and the supervisor keeps it offline, as
+        # Kafka takes a failed log dir offline (`on_disk_failure`: the entry point's stop)
+        self.disk_failure: BaseException | None = None
+        self.on_disk_failure: Callable[[], None] = lambda: None
         self.log_dir = Path(config.log_dirs[index])
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.control = control
@@ -297,8 +303,21 @@ class Worker:
         else:
             # the checkpoints of every partition the change opens or moves, durable together
             # before the loop runs again (segments/durable_together.py)
-            with durable_together():
-                self._take_topic(name, info)
+            try:
+                with durable_together():
+                    self._take_topic(name, info)
+            except (StorageError, OSError) as exc:
+                self._fail_disk(f"taking the change of topic {name!r}", exc)
+
+    def _fail_disk(self, doing: str, exc: BaseException) -> None:
+        """The log dir refused a write the worker cannot go on without (a partition's
+        directory or checkpoint): what is on disk may not match what the worker would
+        serve, so it stops serving and exits DISK_FAILED; the other workers go on."""
+        if self.disk_failure is None:
+            log.error("worker %d: log dir %s failed while %s: %s; taking this worker offline",
+                      self.index, self.log_dir, doing, exc)
+            self.disk_failure = exc
+        self.on_disk_failure()
 
     def _take_topic(self, name, info) -> None:
         self.partitions.open_topic(info, now_ms=self.now_ms())
