@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # tests/ops scrapes with a real Prometheus (promtool comes with it)
-APT_PACKAGES := kcat systemd zookeeper iptables prometheus
+APT_PACKAGES := kcat systemd zookeeper iptables prometheus e2fsprogs
 # tests/security_tls makes its CA and certificates with the openssl command
 APT_PACKAGES += openssl
 # tests/deploy boots Debian hosts: debootstrap builds their root, systemd-nspawn boots them

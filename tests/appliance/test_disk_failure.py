@@ -26,8 +26,11 @@ def _owner(appliance: Appliance, topic: str, partition: int) -> int:
 
 def _immutable(path, on: bool) -> str | None:
     """chattr +i / -i; the reason it cannot be done here, or None."""
-    done = subprocess.run(["chattr", "+i" if on else "-i", str(path)], capture_output=True,
-                          text=True)
+    try:
+        done = subprocess.run(["chattr", "+i" if on else "-i", str(path)],
+                              capture_output=True, text=True)
+    except FileNotFoundError:
+        return "chattr is not installed (e2fsprogs: make deps installs it)"
     return None if done.returncode == 0 else (done.stderr.strip() or "chattr failed")
 
 
