@@ -16,6 +16,7 @@ place back in the ISR before the next kill. With `--baseline DIR` the same run i
 on the code checked out in DIR (e.g. /work/main), so both figures come from one run.
 
     python perf/bench_failover.py --kills 20 [--baseline /work/main] [--client k=v ...]
+                                  [--producer klog] [--grace-ms 0]
 
 What is left after the election is librdkafka's own: while a partition has no live leader
 it asks Metadata on a fixed timer ("refresh unavailable topics", every `retry.backoff.max.ms`,
@@ -115,6 +116,42 @@ class TimedProducer:
         self._thread.join(60)
 
 
+class KlogTimedProducer:
+    """klog's own producer in the same role, at its defaults (acks=all, idempotent): one
+    `send()` at a time, each waited for, then 5 ms; keeps each acknowledgement's time. It
+    follows KIP-951's hints and its own Metadata, so no log names a leader (`client`: nan)."""
+
+    def __init__(self, bootstrap: str, extra: dict[str, str]):
+        from klog import Producer as KlogProducer
+        self.acks: list[float] = []
+        self.producer = KlogProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=0,
+                                     **{k: int(v) if v.isdigit() else v
+                                        for k, v in extra.items()})
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.producer.send(TOPIC, b"x" * 100, partition=0).result(120)
+                self.acks.append(time.time())
+            except Exception as exc:  # noqa: BLE001 - counted as a gap, as librdkafka's
+                print(f"klog producer: {exc!r}", file=sys.stderr)
+            time.sleep(0.005)
+
+    def first_ack_after(self, t: float) -> float | None:
+        return next((a for a in list(self.acks) if a > t), None)
+
+    def first_seen(self, leader: int, after: float) -> float | None:
+        return None
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(60)
+        self.producer.close()
+
+
 def metadata_leader(port: int) -> int:
     try:
         client = RawClient(port, timeout_s=1)
@@ -173,7 +210,8 @@ def one_kill(fleet, zk, producer: TimedProducer) -> dict[str, float]:
 
 
 def run(label: str, code_dir: Path | None, kills: int, root: Path,
-        client: dict[str, str], grace_ms: int | None = None) -> list[dict[str, float]]:
+        client: dict[str, str], grace_ms: int | None = None,
+        producer_class=TimedProducer) -> list[dict[str, float]]:
     if code_dir is not None:
         appliance_module.REPO = code_dir  # the appliances run that checkout's code
     ensemble = Ensemble(root / f"zk-{label}")
@@ -191,7 +229,7 @@ def run(label: str, code_dir: Path | None, kills: int, root: Path,
                                 )[TOPIC].result(30)
             zk = zk_client(ensemble, spec.chroot)
             wait_until(lambda: len(partition_state(zk, TOPIC, 0)["isr"]) == 3, 60, "ISR")
-            producer = TimedProducer(bootstrap, client)
+            producer = producer_class(bootstrap, client)
             try:
                 for i in range(kills):
                     times = one_kill(fleet, zk, producer)
@@ -230,16 +268,19 @@ def main() -> None:
                              "(off by default in the appliance; 3000 measured the gain)")
     parser.add_argument("--baseline", type=Path, help="a checkout to measure first (main)")
     parser.add_argument("--client", action="append", default=[], metavar="KEY=VALUE",
-                        help="a librdkafka setting for the producer (default: its defaults)")
+                        help="a setting for the producer (default: its defaults)")
+    parser.add_argument("--producer", choices=("librdkafka", "klog"), default="librdkafka",
+                        help="whose producer is timed (klog: klog.Producer)")
     args = parser.parse_args()
     client = dict(item.split("=", 1) for item in args.client)
+    producer_class = KlogTimedProducer if args.producer == "klog" else TimedProducer
     results = {}
     with tempfile.TemporaryDirectory(prefix="bench-failover-") as tmp:
         if args.baseline is not None:
             results["baseline"] = run("baseline", args.baseline, args.kills, Path(tmp),
-                                      client)
+                                      client, producer_class=producer_class)
         results["this"] = run("this", Path(__file__).resolve().parent.parent, args.kills,
-                              Path(tmp), client, args.grace_ms)
+                              Path(tmp), client, args.grace_ms, producer_class)
     for label, rows in results.items():
         summary(label, rows)
 
