@@ -7,10 +7,10 @@ watches and by the supervisor; kazoo's callbacks only drop what the watch covere
 the pass's cache (`WatchedReads`) and set an event, so nothing blocks kazoo's thread and the
 logic runs one pass at a time. A pass rebuilds the whole snapshot but asks ZooKeeper only for
 the nodes that changed since the last one, and reads each node again within
-FULL_READ_INTERVAL_S (spread over passes). The states the controller writes also come as
-its notes (`state_changes`), read on a second thread and shown at once, before the pass
-reads them back. The supervisor hears of each new snapshot through `on_change` (called on
-either thread: hand it on, do not block).
+FULL_READ_INTERVAL_S (spread over passes). Partition states come as the notes of their
+writes (`state_changes`), read on a second thread and shown at once; the passes keep them
+and do not read them back. The supervisor hears of each new snapshot through `on_change`
+(called on either thread: hand it on, do not block).
 
 Admin requests (create, delete, producer ids) run on the caller's thread, as Kafka's admin
 client did against ZooKeeper: any appliance writes the request, the controller carries it
@@ -87,7 +87,7 @@ class ClusterMember:
         self.state = "NEW"
         self._snapshot = FleetSnapshot()
         self.reads = WatchedReads(self.session, self.wake, refresh_s=FULL_READ_INTERVAL_S)
-        # the controller's notes of the states it writes: shown before the pass reads them
+        # the notes of every partition state written: shown at once, kept for the passes
         self.notes = state_changes.StateChangeFollower(
             self.session, self._noted, missed=self._missed_notes,
             name=f"klog-fleet-notes-{broker_id}")

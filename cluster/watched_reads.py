@@ -35,7 +35,8 @@ thread, a few thousand a second: with a data watch on every state, the news of t
 leaders queued behind 10,000 events (issue 26). Every write of a state carries a note of
 it in the same transaction (`state_changes.py`), so a present state is read without a watch
 and kept until a note names it (`note`: the note's value replaces it if the note is the
-later write, by zxid), its owner forgets it (`forget`: its own write), or it expires; a
+later write, by zxid), its owner forgets it (`forget`: one older than its topic), or it
+expires; a
 missing one is watched for its creation as before. An appliance that may have missed a
 note (it fell more than `state_changes.KEEP` notes behind) forgets everything. While an
 appliance from before the notes is live (a rolling upgrade: its writes have none), states
@@ -186,7 +187,7 @@ class WatchedReads:
                 self._cached(path)
 
     def forget(self, paths) -> None:
-        """Read these again on the next pass (our own writes to them)."""
+        """Read these again at their next read (a state kept from a deleted topic)."""
         with self._lock:
             for path in paths:
                 self._data.pop(path, None)
