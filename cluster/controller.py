@@ -114,31 +114,34 @@ class FencedWriter:
         on an idle ensemble and 6 s on a busy one; grouped, 0.05-0.2 s (issue 26). A group
         that fails because one of its states changed meanwhile (BadVersion, NoNode) is
         written again one multi per build, so one stale state costs only itself.
-        `note(span)`: the content of a state note (`state_changes`) created in each group's
-        multi, for the builds of `span` (indices into `builds`); none for the one-by-one
-        retries, whose states the other appliances read back as before."""
+        `note(span)`: the content of a state note (`state_changes`) created in each
+        multi, for the builds of `span` (indices into `builds`), the one-by-one retries'
+        too: the other appliances follow states by their notes only."""
         spans = [range(start, min(start + GROUP, len(builds)))
                  for start in range(0, len(builds), GROUP)]
 
-        def together(span):
-            def guarded(tx):
-                tx.check(znodes.CONTROLLER_EPOCH, self.election.epoch_version)
+        def noted(span):
+            def build(tx):
                 for i in span:
                     builds[i](tx)
                 if note is not None:
                     tx.create(state_changes.PREFIX, note(span), sequence=True)
+            return build
+
+        def together(span):
+            def guarded(tx):
+                tx.check(znodes.CONTROLLER_EPOCH, self.election.epoch_version)
+                noted(span)(tx)
             return guarded
         errors: list[Exception | None] = []
-        noted = False
         for span, results in zip(spans, self.session.transactions(
                 [together(span) for span in spans])):
             error = self._failure(results)
             if isinstance(error, Fenced):
                 raise error
-            noted |= error is None and note is not None
             errors += [None] * len(span) if error is None else \
-                self.write_many([builds[i] for i in span])
-        if noted:
+                self.write_many([noted(range(i, i + 1)) for i in span])
+        if note is not None and any(error is None for error in errors):
             state_changes.prune(self.session)
         return errors
 

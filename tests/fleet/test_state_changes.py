@@ -217,3 +217,18 @@ def test_a_leaders_isr_change_reaches_the_fleet_by_its_note(chroot, monkeypatch)
     finally:
         if member is not None:
             member.stop()
+
+
+def test_states_written_one_by_one_after_a_conflict_carry_notes_too(session):
+    """A group of states that fails because one changed meanwhile is written again one
+    state per multi: each of those carries its note as well (the other appliances follow
+    states by notes only)."""
+    paths = make_topic(session, "raced", controller.GROUP)  # one group
+    stale = 7
+    session.call("set", paths[stale][0], znodes.PartitionState(100, 0, (100, 200), 1).encode())
+    election = elect(session, 1)
+    errors = write_states(FencedWriter(session, election), moved(paths, election.epoch))
+    assert [i for i, e in enumerate(errors) if e is not None] == [stale]
+    noted = {(change.path, change.version) for name, data, stat in notes(session)
+             for change in state_changes.decode(data, stat.czxid, name)}
+    assert noted == {(path, 1) for i, (path, _) in enumerate(paths) if i != stale}
