@@ -226,8 +226,9 @@ class StateChangeFollower:
                 continue  # pruned meanwhile: the fleet pass reads those states
             try:
                 changes += decode(got[0], got[1].czxid, f"{ROOT}/{name}")
-            except znodes.ZnodeError as exc:
-                log.error("%s", exc)
+            except znodes.ZnodeError as exc:  # its states unknown: read every state again
+                log.error("%s; reading every state again", exc)
+                self.missed()
         self.notes_read += len(new)
         if changes:
             self.apply(changes)

@@ -232,3 +232,14 @@ def test_states_written_one_by_one_after_a_conflict_carry_notes_too(session):
     noted = {(change.path, change.version) for name, data, stat in notes(session)
              for change in state_changes.decode(data, stat.czxid, name)}
     assert noted == {(path, 1) for i, (path, _) in enumerate(paths) if i != stale}
+
+
+def test_a_note_that_does_not_parse_makes_the_follower_read_everything_again(session):
+    """Its states are neither shown nor watched: the appliance must read them all again."""
+    missed = threading.Event()
+    follower = state_changes.StateChangeFollower(session, lambda changes: None,
+                                                 missed=missed.set)
+    assert follower.poll() == 0  # the first listing
+    session.call("create", state_changes.PREFIX, b"not a note", sequence=True)
+    assert follower.poll() == 0
+    assert missed.is_set()
