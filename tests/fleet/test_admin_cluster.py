@@ -8,6 +8,9 @@ not exist, cancelling what is not moving) gets Kafka's codes and changes nothing
 
 from __future__ import annotations
 
+import os
+import signal
+
 import orjson
 import pytest
 from confluent_kafka import ElectionType
@@ -19,7 +22,13 @@ from kafka import errors as kerrors
 from klog.protocol.apis import elect_leaders
 from klog.protocol.error_codes import ErrorCode
 from klog.wire import BrokerConnection
-from tests.fleet.harness import AckedWriter, FleetSpec, controller_and_epoch, partition_state
+from tests.fleet.harness import (
+    AckedWriter,
+    FleetSpec,
+    appliance_of,
+    controller_and_epoch,
+    partition_state,
+)
 from tests.polling import wait_until
 
 pytestmark = pytest.mark.interop
@@ -108,19 +117,28 @@ def test_elect_and_move_under_a_producer(fleet, zk, kadmin, cadmin):
             TopicPartition(TOPIC, 0): kerrors.for_code(ErrorCode.NO_REASSIGNMENT_IN_PROGRESS)}
         assert replicas(zk, 1) == before and kadmin.list_partition_reassignments() == {}
 
-        # move partition 1 onto the node that has no replica of it, watching the move
-        [spare] = {100, 200, 300} - set(before)
-        target = [spare, before[0]]
-        assert kadmin.alter_partition_reassignments({TopicPartition(TOPIC, 1): target}) == {
-            TopicPartition(TOPIC, 1): None}
-        seen = []
-        wait_until(lambda: seen.append(kadmin.list_partition_reassignments()) or not seen[-1],
-                   60, "the move to end")
-        moving = [s[TopicPartition(TOPIC, 1)] for s in seen if s]
-        assert moving, "ListPartitionReassignments showed the move"
-        assert moving[0] == {"replicas": [spare, before[0], before[1]],
-                             "adding_replicas": [spare], "removing_replicas": [before[1]]}
-        assert replicas(zk, 1) == target
+        # move a partition onto the node that has no replica of it, watching the move. That
+        # node's worker is held (SIGSTOP) until the listing has shown the move: a partition
+        # this small is otherwise copied before the first listing can ask. The partition is
+        # one whose spare node is not the controller's, which answers the admin calls (two
+        # partitions over three nodes never share both nodes, so one of them qualifies).
+        controller_node = controller_and_epoch(zk)[0] * 100
+        spares = {p: ({100, 200, 300} - set(replicas(zk, p))).pop() for p in range(2)}
+        moved = next(p for p in range(2) if spares[p] != controller_node)
+        spare, was = spares[moved], replicas(zk, moved)
+        target = [spare, was[0]]
+        held = appliance_of(fleet, spare).worker_pid(spare % 100)
+        os.kill(held, signal.SIGSTOP)
+        try:
+            assert kadmin.alter_partition_reassignments({
+                TopicPartition(TOPIC, moved): target}) == {TopicPartition(TOPIC, moved): None}
+            moving = kadmin.list_partition_reassignments()
+        finally:
+            os.kill(held, signal.SIGCONT)
+        assert moving == {TopicPartition(TOPIC, moved): {
+            "replicas": [spare, *was], "adding_replicas": [spare], "removing_replicas": [was[1]]}}
+        wait_until(lambda: not kadmin.list_partition_reassignments(), 60, "the move to end")
+        assert replicas(zk, moved) == target
         acked = len(writer.acked)
         wait_until(lambda: len(writer.acked) >= acked + 300, 60, "writes after the move")
     finally:
