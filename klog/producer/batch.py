@@ -32,7 +32,7 @@ class ProducerBatch:
     __slots__ = ("topic", "partition", "records", "size", "created_ms", "deadline_ms",
                  "future", "attempts", "producer_id", "producer_epoch", "base_sequence",
                  "data", "retry_at_ms", "done", "sealed", "segments", "segment_count",
-                 "transactional")
+                 "transactional", "leader_epoch")
 
     def __init__(self, topic: str, partition: int, created_ms: int, deadline_ms: int,
                  future: Any):
@@ -51,6 +51,7 @@ class ProducerBatch:
         self.base_sequence = -1  # -1: not stamped yet
         self.data: bytes | None = None
         self.retry_at_ms = 0
+        self.leader_epoch = -1  # the partition's leader epoch when last sent (-1: unknown)
         self.done = False
         self.sealed = False  # no more records: queued for the sender
         self.transactional = False  # part of a transaction (the batch attribute bit)

@@ -3,7 +3,8 @@
 Kafka's rules: one Produce per node with at most one batch per partition (a v2 broker takes
 exactly one batch per partition per request), no more than ``max_in_flight`` requests per
 node, a request no larger than ``max_request_size`` (one oversized batch still goes alone),
-nothing for a node or batch still in its retry backoff, and the ordering rules of
+nothing for a node or batch still in its retry backoff (a batch whose partition has a newer
+leader epoch since it went out skips its own backoff, as KIP-951 asks), and the ordering rules of
 `Sequences.can_send` (a retry goes alone; five batches per partition at most). Batches are
 stamped when drained and encoded when the request body is built, which the I/O layer does
 outside any lock.
@@ -54,13 +55,15 @@ def drain(accumulator: Accumulator, cluster: ClusterMetadata, sequences: Sequenc
                 cluster.want((key[0],))
                 cluster.mark_stale()
                 continue
-            if (batch.retry_at_ms > now_ms or backoff.get(node, 0) > now_ms
+            if (batch.retry_at_ms > now_ms and not _leader_moved(cluster, key, batch)
+                    or backoff.get(node, 0) > now_ms
                     or node not in by_node and in_flight[node] >= limit
                     or not sequences.can_send(batch)
                     or sizes[node] + batch.size > config.max_request_size and sizes[node]):
                 continue
             accumulator.pop(key)
             sequences.sent(batch)
+            batch.leader_epoch = cluster.leader_epoch_of(*key)
             by_node.setdefault(node, []).append(batch)
             sizes[node] += batch.size
         if not by_node:
@@ -70,6 +73,15 @@ def drain(accumulator: Accumulator, cluster: ClusterMetadata, sequences: Sequenc
             requests.append(request)
             if request.expect_response:
                 in_flight[node] += 1
+
+
+def _leader_moved(cluster: ClusterMetadata, key: tuple[str, int], batch: ProducerBatch
+                  ) -> bool:
+    """A retry waits out retry_backoff_ms to spare the leader it failed on; a partition whose
+    metadata now names a newer leader epoch than the batch last went out under has another
+    leader, which it need not spare (KIP-951: the retry goes at once). Without epochs (an old
+    broker) the backoff holds."""
+    return 0 <= batch.leader_epoch < cluster.leader_epoch_of(*key)
 
 
 def produce_request(node: int, batches: list[ProducerBatch], config: ProducerConfig

@@ -8,14 +8,16 @@ from klog.protocol.apis import fetch, init_producer_id, list_offsets, metadata, 
 from klog.types import TopicPartition
 
 
-def metadata_answer(topics: dict[str, int], nodes=(0,), leader=lambda t, p: 0, errors=None):
+def metadata_answer(topics: dict[str, int], nodes=(0,), leader=lambda t, p: 0, errors=None,
+                    epoch=lambda t, p: -1):
     errors = errors or {}
     return metadata.Response(
         brokers=[metadata.MetadataResponseBroker(node_id=n, host="127.0.0.1", port=9000 + n)
                  for n in nodes],
         topics=[metadata.MetadataResponseTopic(name=name, error_code=errors.get(name, 0),
                                                partitions=[] if name in errors else [
-            metadata.MetadataResponsePartition(partition_index=p, leader_id=leader(name, p))
+            metadata.MetadataResponsePartition(partition_index=p, leader_id=leader(name, p),
+                                               leader_epoch=epoch(name, p))
             for p in range(count)]) for name, count in topics.items()])
 
 

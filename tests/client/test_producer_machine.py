@@ -134,6 +134,47 @@ def test_leadership_error_refreshes_metadata_and_retries_alone_after_backoff():
     assert [b.base_sequence for b in retry2.context] == [1]
 
 
+def test_a_retry_skips_its_backoff_once_the_partition_has_a_new_leader():
+    """KIP-951: the backoff spares the leader a batch failed on; once metadata names a newer
+    leader epoch the retry goes to the new leader at once. The same leader (the same epoch,
+    as before a dead leader's session has expired) keeps the backoff."""
+    core = make(linger_ms=0, retry_backoff_ms=100)
+    core.cluster.want(["t"])
+    core.cluster.update(metadata_answer({"t": 1}, nodes=(1, 2), leader=lambda t, p: 1,
+                                        epoch=lambda t, p: 4), 0)
+    core.sequences.set_producer_id(7, 0)
+    core.append("t", 0, None, VALUE, None, 1, 0)
+    (request,) = produces(core.poll(0))
+    assert request.node == 1
+    core.on_failure(request, ClosedError("connection refused"), 1)
+    (refresh,) = core.poll(2)
+    assert refresh.api is metadata
+    core.on_response(refresh, metadata_answer({"t": 1}, nodes=(1, 2), leader=lambda t, p: 1,
+                                              epoch=lambda t, p: 4), 3)
+    assert produces(core.poll(4)) == []  # the same leader: the backoff holds
+    core.on_failure(produces(core.poll(101))[0], ClosedError("connection refused"), 102)
+    (refresh,) = core.poll(103)
+    core.on_response(refresh, metadata_answer({"t": 1}, nodes=(1, 2), leader=lambda t, p: 2,
+                                              epoch=lambda t, p: 5), 104)
+    (retry,) = produces(core.poll(105))  # 97 ms before its backoff would have ended
+    assert retry.node == 2 and [b.base_sequence for b in retry.context] == [0]
+    core.on_response(retry, produce_answer(retry, lambda b: (0, 40)), 106)
+    ((_, value),) = core.take_completed()
+    assert value[0] == 40
+
+
+def test_a_retry_keeps_its_backoff_without_leader_epochs():
+    core = make({"t": 1}, linger_ms=0, retry_backoff_ms=100)
+    core.append("t", 0, None, VALUE, None, 1, 0)
+    (request,) = produces(core.poll(0))
+    core.on_failure(request, ClosedError("connection refused"), 1)
+    (refresh,) = core.poll(2)
+    core.on_response(refresh, metadata_answer({"t": 1}, nodes=(0, 2), leader=lambda t, p: 2), 3)
+    assert produces(core.poll(4)) == []
+    (retry,) = produces(core.poll(101))
+    assert retry.node == 2
+
+
 def test_out_of_order_without_an_earlier_failure_is_fatal_and_resets_the_producer_id():
     core = make({"t": 1}, linger_ms=0)
     core.append("t", 0, None, VALUE, None, 1, 0)
