@@ -153,13 +153,14 @@ def replica_view(appliance: Appliance, topic: str, partition: int):
         region.close()
 
 
-def cpu_s(appliance: Appliance) -> float:
-    """CPU seconds (user + system) its worker processes have used."""
+def cpu_s(appliance: Appliance, user_only: bool = False) -> float:
+    """CPU seconds (user + system, or user only) its worker processes have used."""
     total = 0.0
     for pid in appliance.pids().values():
         with contextlib.suppress(OSError, ValueError):
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            total += (int(fields[11]) + (0 if user_only else int(fields[12]))) / os.sysconf(
+                "SC_CLK_TCK")
     return total
 
 
@@ -203,12 +204,13 @@ def catch_up(fleet: list[Appliance], zk, bootstrap: str, megabytes: int, topic: 
     target = replica_view(leader, topic, 0)
     start_end = None
     restart_with(follower, *variant)
-    cpu_before = cpu_s(follower), cpu_s(leader)
+    cpu_before = cpu_s(follower), cpu_s(leader), cpu_s(follower, True), cpu_s(leader, True)
     spy = str(Path(sys.executable).parent / "py-spy")
-    spies = [subprocess.Popen([spy, "record", "-o", f"{profile}-{name}.txt", "-f", "raw",
-                               "-r", "200", "-p", str(pid)], stdout=subprocess.DEVNULL,
+    spies = [subprocess.Popen([spy, "record", "-o", f"{profile}-{side}-{name}.txt", "-f",
+                               "raw", "-r", "100", "-p", str(pid)], stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
-             for name, pid in follower.pids().items() if profile and pid > 0]
+             for side, appliance in (("follower", follower), ("leader", leader))
+             for name, pid in appliance.pids().items() if profile and pid > 0]
     first_at = None
     while True:
         view = replica_view(follower, topic, 0)
@@ -226,12 +228,15 @@ def catch_up(fleet: list[Appliance], zk, bootstrap: str, megabytes: int, topic: 
     hundreds = target.size_bytes / 100e6
     follower_cpu = (cpu_s(follower) - cpu_before[0]) / hundreds
     leader_cpu = (cpu_s(leader) - cpu_before[1]) / hundreds
+    follower_user = (cpu_s(follower, True) - cpu_before[2]) / hundreds
+    leader_user = (cpu_s(leader, True) - cpu_before[3]) / hundreds
     for spy in spies:
         spy.send_signal(signal.SIGINT)
         spy.wait(30)
     raw, raw_cpu = raw_sendfile_rate(leader, topic, 0)
     return {"rate": copied / took if took > 0 else float("inf"), "raw": raw,
             "bytes": target.size_bytes, "follower_cpu": follower_cpu, "leader_cpu": leader_cpu,
+            "follower_user": follower_user, "leader_user": leader_user,
             "raw_cpu": raw_cpu / hundreds}
 
 
@@ -326,7 +331,8 @@ def main() -> None:
                           f"MB/s over {c['bytes'] / 1e6:,.0f} MB; raw sendfile of the same "
                           f"segment files into a file: {c['raw'] / 1e6:,.0f} MB/s (ratio "
                           f"{c['rate'] / c['raw']:.2f}); CPU s per 100 MB: follower "
-                          f"{c['follower_cpu']:.2f}, leader {c['leader_cpu']:.2f}, raw loop "
+                          f"{c['follower_cpu']:.2f} (user {c['follower_user']:.2f}), leader "
+                          f"{c['leader_cpu']:.2f} (user {c['leader_user']:.2f}), raw loop "
                           f"(both ends) {c['raw_cpu']:.2f}", flush=True)
             if "failover" not in sections:
                 kills = 0
