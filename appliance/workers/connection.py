@@ -60,8 +60,10 @@ def _resolve(future: asyncio.Future, body) -> None:
         future.set_result(body)
 
 
-class KafkaConnection(asyncio.Protocol):
-    """The asyncio protocol of one client connection to a worker."""
+class KafkaConnection(asyncio.BufferedProtocol):
+    """The asyncio protocol of one client connection to a worker. A buffered protocol: the
+    transport receives straight into the codec's memory (``get_buffer``), so a produce
+    request's records are copied once, by the kernel, before the log's write."""
 
     def __init__(self, worker, listener=None):
         self.worker = worker
@@ -151,10 +153,21 @@ class KafkaConnection(asyncio.Protocol):
             self._writable.set_result(None)
         self._update_reading()
 
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.codec.get_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.codec.buffer_updated(nbytes)
+        self._received()
+
     def data_received(self, data: bytes) -> None:
+        """For a transport that hands out bytes (the BufferedProtocol's fallback)."""
+        self.codec.receive_data(data)
+        self._received()
+
+    def _received(self) -> None:
         self.last_received_s = now = time.monotonic()
         self.worker.quotas.tick(now)
-        self.codec.receive_data(data)
         while not self._closed:
             try:
                 request = self.codec.next_request()

@@ -3,7 +3,7 @@
 The worker drives it like an h11 connection::
 
     conn = ServerConnection(max_frame_bytes=...)
-    conn.receive_data(sock.recv(...))
+    conn.buffer_updated(sock.recv_into(conn.get_buffer()))   # or conn.receive_data(bytes)
     while (request := conn.next_request()) is not NEED_DATA:
         if request.error is not None:
             body = error_response(request, request.error)
@@ -35,11 +35,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from klog.protocol.apis import API_BY_KEY, ApiSpec, api_versions_response
+from klog.protocol.arena_frames import ArenaFrameBuffer
 from klog.protocol.chunks import Chunk, ChunkWriter
 from klog.protocol.codec import encode_message
 from klog.protocol.error_codes import ErrorCode
 from klog.protocol.exceptions import DecodeError, EncodeError, FramingError, ProtocolError
-from klog.protocol.frames import DEFAULT_MAX_FRAME_BYTES, NEED_DATA, FrameBuffer, NeedData
+from klog.protocol.frames import DEFAULT_MAX_FRAME_BYTES, NEED_DATA, NeedData
 from klog.protocol.headers import (
     API_VERSIONS_KEY,
     REQUEST_HEADER_FIXED,
@@ -129,11 +130,19 @@ class ServerConnection:
     """One client connection, broker side. Holds only the receive buffer."""
 
     def __init__(self, *, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
-        self._frames = FrameBuffer(max_frame_bytes)
+        self._frames = ArenaFrameBuffer(max_frame_bytes)
 
     @property
     def buffered_bytes(self) -> int:
         return self._frames.buffered_bytes
+
+    def get_buffer(self) -> memoryview:
+        """Where to receive the next bytes (``recv_into``): one copy of a request's records,
+        the kernel's, before the log's own (klog.protocol.arena_frames)."""
+        return self._frames.get_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self._frames.buffer_updated(nbytes)
 
     def receive_data(self, data: bytes) -> None:
         self._frames.receive_data(data)
