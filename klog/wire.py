@@ -34,6 +34,7 @@ from klog.outgoing import (
     version_of,
 )
 from klog.protocol.apis import api_versions
+from klog.protocol.chunks import join_chunks
 from klog.protocol.client import NEED_DATA, ClientConnection
 from klog.protocol.exceptions import ProtocolError
 from klog.security import ClientSecurity, sasl_exchange
@@ -43,6 +44,7 @@ __all__ = ["BrokerConnection", "Network", "connect_any", "parse_bootstrap"]
 log = logging.getLogger(__name__)
 
 RECV_BYTES = 1 << 20
+MAX_GATHER = 512  # chunks to one sendmsg (the kernel's IOV_MAX is 1024)
 LARGE_FRAME_BYTES = 64 * 1024  # received into a buffer of their own (read_responses)
 MAX_FRAME_BYTES = 256 * 1024 * 1024  # a Fetch can carry fetch_max_bytes (50 MiB by default)
 
@@ -114,15 +116,35 @@ class BrokerConnection:
 
     def send(self, module, body, *, expect_response: bool = True) -> int:
         """Write one request at the negotiated version; returns its correlation id."""
-        correlation_id, data = self.codec.send_request(
+        correlation_id, chunks = self.codec.send_request_chunks(
             module.SPEC.key, self.version_of(module.SPEC.key), body,
             expect_response=expect_response)
-        self._write(data)
+        if len(chunks) == 1:
+            self._write(chunks[0])
+        elif isinstance(self.sock, ssl.SSLSocket) or len(chunks) > MAX_GATHER:
+            self._write(join_chunks(chunks))
+        else:
+            self._write_gathered(chunks)
         return correlation_id
 
     def _write(self, data: bytes) -> None:
         try:
             self.sock.sendall(data)
+        except OSError as exc:
+            self.close()
+            raise BrokerUnavailableError(f"{self.address}: {exc}") from None
+
+    def _write_gathered(self, chunks: list) -> None:
+        """Send the chunks with ``sendmsg`` (the socket's timeout applies to each call),
+        without joining a batch into a copy of the whole request first."""
+        views = [memoryview(chunk) for chunk in chunks]
+        try:
+            while views:
+                sent = self.sock.sendmsg(views)
+                while views and sent >= views[0].nbytes:
+                    sent -= views.pop(0).nbytes
+                if sent:
+                    views[0] = views[0][sent:]
         except OSError as exc:
             self.close()
             raise BrokerUnavailableError(f"{self.address}: {exc}") from None
