@@ -346,11 +346,37 @@ static PyTypeObject FastSendType = {
     .tp_methods = FastSend_methods,
 };
 
+/* bytes_total(values): the sum of the lengths when every item of the list or tuple is a
+ * bytes object, else None. send_batch's check and size of its values in one pass: in
+ * Python (a set of the types, then sum(map(len, ...))) they cost 6 us for 50 values, most
+ * of a send_batch call. */
+static PyObject *
+bytes_total(PyObject *module, PyObject *values)
+{
+    if (!PyList_CheckExact(values) && !PyTuple_CheckExact(values))
+        Py_RETURN_NONE;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(values), total = 0;
+    PyObject **items = PySequence_Fast_ITEMS(values);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!PyBytes_CheckExact(items[i]))
+            Py_RETURN_NONE;
+        total += PyBytes_GET_SIZE(items[i]);
+    }
+    return PyLong_FromSsize_t(total);
+}
+
+static PyMethodDef module_methods[] = {
+    {"bytes_total", (PyCFunction)bytes_total, METH_O,
+     "bytes_total(values): the total length if every value is bytes, else None"},
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "klog.producer._sendc",
     .m_doc = "The producer's compiled send() (klog/producer/fast_send.py says when it is used).",
     .m_size = -1,
+    .m_methods = module_methods,
 };
 
 PyMODINIT_FUNC

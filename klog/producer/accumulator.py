@@ -124,9 +124,11 @@ class Accumulator:
         return self.next_sticky(topic, count)
 
     def append_many(self, topic: str, partition: int, timestamp_ms: int, key, values,
-                    headers, now_ms: int) -> list[tuple[ProducerBatch, int, int]]:
+                    headers, now_ms: int, payload: int | None = None
+                    ) -> list[tuple[ProducerBatch, int, int]]:
         """Add records with the same key, headers and timestamp: ``(batch, first index,
         count)`` per batch they landed in (more than one when they cross batch_size).
+        ``payload``: the values' total length when the caller has it already.
         The records are made by ``zip`` and sized by ``map(len)``: no Python code per value
         unless the values cross a batch boundary or hold a None."""
         batches = self._open.get(topic)
@@ -141,7 +143,8 @@ class Accumulator:
         start, n = 0, len(values)
         while start < n:
             rest = values if start == 0 else values[start:]
-            size = values_size(rest) + overhead * len(rest)
+            size = (payload if start == 0 and payload is not None else values_size(rest)
+                    ) + overhead * len(rest)
             if batch.size + size <= limit or not batch.size and len(rest) == 1:
                 take = len(rest)
             else:

@@ -28,6 +28,18 @@ else:
 IMPLEMENTATION = "python" if _sendc is None else "C"
 
 
+def _bytes_total(values) -> int | None:
+    """The reference for ``_sendc.bytes_total``."""
+    if {*map(type, values)} <= {bytes}:
+        return sum(map(len, values))
+    return None
+
+
+#: send_batch's values: the total of their lengths if every one is ``bytes``, else None
+#: (then each is checked on its own)
+bytes_total = _bytes_total if _sendc is None else _sendc.bytes_total
+
+
 def compiled_send(producer, slow, lock=None, future_type=None):
     """The compiled send bound to `producer`'s state (its `disable()` for close), or None
     where the Python `slow` send must serve every call.

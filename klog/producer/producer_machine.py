@@ -43,6 +43,7 @@ from klog.producer.accumulator import (
 )
 from klog.producer.batch import ProducerBatch
 from klog.producer.drain import drain
+from klog.producer.fast_send import bytes_total
 from klog.producer.partitioner import Partitioner
 from klog.producer.sequences import Sequences
 from klog.producer.transactions import (
@@ -188,21 +189,23 @@ class ProducerProtocol:
         """Add records sharing key, headers and timestamp to one partition (send_batch):
         ``(batch, first index, count)`` per batch they landed in; None as for append. A
         keyless list goes to the sticky partition (all of it: one partition per call)."""
-        if not {*map(type, values)} <= {bytes}:
+        size = bytes_total(values)
+        if size is None:
             for value in values:
                 check_payload(value, "value")
+            size = values_size(values)
         check_payload(key, "key")
         count = self.cluster.partition_count(topic)
         if count is None or self.memory_full:
             self.cluster.want((topic,))
             return None
         if partition is None:
-            partition = (self.accumulator.sticky_partition(topic, count, values_size(values))
+            partition = (self.accumulator.sticky_partition(topic, count, size)
                          if key is None else self.partitioner.for_key(topic, key, count))
         elif not 0 <= partition < count:
             raise ValueError(f"partition {partition} of {topic} does not exist")
         return self.accumulator.append_many(topic, partition, timestamp_ms, key, values,
-                                            headers, now_ms)
+                                            headers, now_ms, size)
 
     def begin_flush(self) -> list[ProducerBatch]:
         """Seal every batch now; returns the batches a flush must wait for."""

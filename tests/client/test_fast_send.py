@@ -155,3 +155,24 @@ def test_the_python_path_alone_under_klog_pure_python(broker, topic_factory):
     assert done.returncode == 0, done.stderr
     assert [r.value for r in read_all(broker.bootstrap, topic, 100)] == \
         [b"%d" % i for i in range(100)]
+
+
+@compiled
+@pytest.mark.parametrize("values", [
+    [], [b""], [b"a", b"bc", b"x" * 100_000], (b"ab", b"c"),
+    [b"a", None], [b"a", bytearray(b"b")], [memoryview(b"ab")], [b"a", "b"],
+    [type("Bytes", (bytes,), {})(b"sub")],  # a bytes subclass: checked one by one
+])
+def test_compiled_bytes_total_is_the_python_one(values):
+    from klog.producer import _sendc
+    assert _sendc.bytes_total(values) == fast_send._bytes_total(values)
+
+
+def test_send_batch_of_values_not_all_bytes_is_checked_one_by_one(broker, topic_factory):
+    topic = topic_factory(1)
+    with klog.Producer(bootstrap_servers=broker.bootstrap) as producer:
+        done = producer.send_batch(topic, [b"a", bytearray(b"b"), None, memoryview(b"c")])
+        assert [m.offset for m in done.result(30)] == [0, 1, 2, 3]
+        with pytest.raises(TypeError):
+            producer.send_batch(topic, [b"a", "text"])
+    assert [r.value for r in read_all(broker.bootstrap, topic, 4)] == [b"a", b"b", None, b"c"]
