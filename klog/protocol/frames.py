@@ -1,4 +1,5 @@
-"""Size-prefixed framing, shared by the server and the client connection.
+"""Size-prefixed framing for a reader that receives ``bytes`` (the client connection; the
+broker's side receives into its own memory: ``klog.protocol.arena_frames``).
 
 Every Kafka message is ``int32 size`` followed by ``size`` bytes. :class:`FrameBuffer` takes
 bytes as they arrive and hands out whole frames as memoryviews. Its rules:
