@@ -19,7 +19,9 @@ is then the only one:
   costs its page faults and zeroing every time, a seventh of a worker's produce CPU.
 
 The size prefix is checked as soon as its 4 bytes are here, as in ``FrameBuffer``: a hostile
-size raises :class:`FramingError` before any memory is reserved for it.
+size raises :class:`FramingError` before any memory is reserved for it; and a frame's
+memory is reserved in step with the bytes that have come, so a size prefix followed by
+silence reserves little.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from klog.protocol.primitives import INT32
 ARENA_BYTES = 256 * 1024  # asyncio's own read size
 MIN_ROOM = 16 * 1024  # below this much room, the next read starts a new arena
 OWN_BUFFER_BYTES = 64 * 1024  # a frame from this size on that does not fit gets its own buffer
+RESERVE_PER_BYTE_HERE = 8  # ... once an eighth of it is here (a 1 MB batch: one 256 KiB read)
 
 
 POOLED_MAX_BYTES = 8 << 20  # larger frames get a buffer of their own, freed with them
@@ -144,9 +147,17 @@ class ArenaFrameBuffer:
         if end <= self._end:
             self._start = end
             return memoryview(arena)[start + 4:end]
-        if end > len(arena) and size >= OWN_BUFFER_BYTES:  # it cannot finish here
+        if end > len(arena) and self._may_own(size):  # it cannot finish here
             self._start_own(size)
         return None
+
+    def _may_own(self, size: int) -> bool:
+        """Whether the unfinished frame at the arena's start, of ``size`` bytes, may have its
+        own buffer now: it is large, and enough of it is here that reserving all of it
+        cannot be a peer's cheap trick (a size prefix alone, then silence, on many
+        connections, would otherwise reserve ``max_frame_bytes`` on each)."""
+        return size >= OWN_BUFFER_BYTES and size <= RESERVE_PER_BYTE_HERE * (
+            self._end - self._start)
 
     def _start_own(self, size: int) -> None:
         """Move the unfinished frame at the arena's start to a buffer of its own."""
@@ -159,16 +170,17 @@ class ArenaFrameBuffer:
     def _make_room(self) -> None:
         """Before a read into an arena with little room: a large unfinished frame first in
         line moves to its own buffer; otherwise what is pending moves to a new arena with
-        room for it to finish (or, whole frames not yet taken ahead of it, twice its size)."""
+        room to finish, or to grow to twice what is here (memory reserved for a frame grows
+        with the bytes received, never ahead of them)."""
         pending = self._end - self._start
-        wanted = 2 * pending
+        wanted = 2 * pending  # growth in step with what has arrived, never ahead of it
         if pending >= 4:
             size = INT32.unpack_from(self._arena, self._start)[0]
             if 0 <= size <= self.max_frame_bytes and 4 + size > pending:  # unfinished
-                if size >= OWN_BUFFER_BYTES:
+                if self._may_own(size):
                     self._start_own(size)
                     return
-                wanted = 4 + size
+                wanted = min(wanted, 4 + size)
         self._new_arena(max(self._arena_bytes, wanted + MIN_ROOM))
 
     def _new_arena(self, size: int) -> None:

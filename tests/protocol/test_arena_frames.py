@@ -71,12 +71,12 @@ def test_a_frame_handed_out_never_changes_while_later_bytes_arrive():
 def test_a_large_frame_gets_a_buffer_of_its_own_filled_by_the_reads():
     big = payload(1_000_000, 1)
     frames = ArenaFrameBuffer()
-    frames.receive_data(framed(b"a" * 10) + struct.pack(">i", len(big)) + big[:1000])
+    frames.receive_data(framed(b"a" * 10) + struct.pack(">i", len(big)) + big[:200_000])
     assert bytes(frames.next_frame()) == b"a" * 10
-    assert frames.next_frame() is None  # the big one has started: it now has its own buffer
+    assert frames.next_frame() is None  # an eighth is here: the rest goes to its own buffer
     into = frames.get_buffer()
-    assert len(into) == len(big) - 1000  # exactly the rest of the frame, nothing beyond
-    into[:] = big[1000:]
+    assert len(into) == len(big) - 200_000  # exactly the rest of the frame, nothing beyond
+    into[:] = big[200_000:]
     frames.buffer_updated(len(into))
     frame = frames.next_frame()
     assert bytes(frame) == big
@@ -140,3 +140,13 @@ def test_a_bad_size_fails_before_memory_is_reserved(size):
     with pytest.raises(FramingError):
         frames.next_frame()
     assert len(frames.get_buffer()) <= ARENA_BYTES
+
+
+def test_a_size_prefix_then_silence_reserves_little():
+    frames = ArenaFrameBuffer(max_frame_bytes=100 << 20)
+    frames.receive_data(struct.pack(">i", 90 << 20) + b"x" * 100)
+    assert frames.next_frame() is None
+    assert len(frames.get_buffer()) <= ARENA_BYTES  # not the 90 MB the prefix names
+    frames.receive_data(b"y" * 600_000)  # reserved memory grows with what arrives
+    assert frames.next_frame() is None
+    assert len(frames.get_buffer()) < 4 * 600_000
