@@ -8,7 +8,9 @@ three copies of every record before the log's own. Here the caller asks :meth:`g
 where the next bytes go and says how many came with :meth:`buffer_updated`; the kernel's copy
 is then the only one:
 
-- Small frames land in an *arena*, a ``bytearray`` filled front to back and never rewritten:
+- Small frames land in an *arena*, a ``bytearray`` filled front to back and never rewritten
+  (a connection's first is 4 KiB, each next one twice as large up to 256 KiB: thousands of
+  idle connections hold little):
   a frame is a memoryview of it, valid for as long as its request lives (a produce that waits
   for its transaction's verification, or for its replicas, still reads its records). When the
   arena's room runs low a new one is started, the unfinished frame's head copied over; an old
@@ -33,14 +35,19 @@ from klog.protocol.exceptions import FramingError
 from klog.protocol.frames import DEFAULT_MAX_FRAME_BYTES
 from klog.protocol.primitives import INT32
 
-ARENA_BYTES = 256 * 1024  # asyncio's own read size
-MIN_ROOM = 16 * 1024  # below this much room, the next read starts a new arena
+ARENA_BYTES = 256 * 1024  # asyncio's own read size: the largest arena
+FIRST_ARENA_BYTES = 4096  # a connection's first; each next one twice the last, to the largest
 OWN_BUFFER_BYTES = 64 * 1024  # a frame from this size on that does not fit gets its own buffer
 RESERVE_PER_BYTE_HERE = 8  # ... once an eighth of it is here (a 1 MB batch: one 256 KiB read)
 
 
 POOLED_MAX_BYTES = 8 << 20  # larger frames get a buffer of their own, freed with them
 POOL_MAX_BYTES = 32 << 20  # what one process keeps for reuse
+
+
+def _min_room(arena_bytes: int) -> int:
+    """Below this much room, the next read goes to a new arena (a sixteenth of it)."""
+    return max(arena_bytes // 16, 256)
 
 
 class BufferPool:
@@ -84,6 +91,7 @@ class ArenaFrameBuffer:
         self.max_frame_bytes = max_frame_bytes
         self._pool = pool
         self._arena_bytes = arena_bytes
+        self._next_arena_bytes = min(FIRST_ARENA_BYTES, arena_bytes)
         self._arena = bytearray(0)
         self._start = 0  # the arena's first byte not yet handed out
         self._end = 0  # the arena's first byte not yet received
@@ -104,7 +112,7 @@ class ArenaFrameBuffer:
         """Where the next received bytes go (never empty; write at most its length)."""
         if self._own is not None:
             return self._own[self._own_filled:]
-        if len(self._arena) - self._end < MIN_ROOM:
+        if len(self._arena) - self._end < _min_room(len(self._arena)):
             self._make_room()
             if self._own is not None:
                 return self._own[self._own_filled:]
@@ -181,7 +189,9 @@ class ArenaFrameBuffer:
                     self._start_own(size)
                     return
                 wanted = min(wanted, 4 + size)
-        self._new_arena(max(self._arena_bytes, wanted + MIN_ROOM))
+        size = self._next_arena_bytes
+        self._next_arena_bytes = min(2 * size, self._arena_bytes)
+        self._new_arena(max(size, wanted + _min_room(wanted)))
 
     def _new_arena(self, size: int) -> None:
         """Start a new arena with what is pending at its front."""

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from klog.protocol.arena_frames import (
     ARENA_BYTES,
+    FIRST_ARENA_BYTES,
     OWN_BUFFER_BYTES,
     ArenaFrameBuffer,
     BufferPool,
@@ -150,3 +151,14 @@ def test_a_size_prefix_then_silence_reserves_little():
     frames.receive_data(b"y" * 600_000)  # reserved memory grows with what arrives
     assert frames.next_frame() is None
     assert len(frames.get_buffer()) < 4 * 600_000
+
+
+def test_an_idle_connection_holds_a_small_arena_and_a_busy_one_grows_to_the_largest():
+    frames = ArenaFrameBuffer()
+    frames.receive_data(b"\x00\x00")  # two bytes of a size prefix, then silence
+    assert len(frames.get_buffer()) <= FIRST_ARENA_BYTES
+    payloads = [payload(1_000, i) for i in range(2_000)]
+    got = receive_in_reads(frames, framed(*payloads)[2:], [70_000])
+    assert [bytes(f) for f in got] == payloads
+    assert len(got) == 2_000
+    assert len(got[-1].obj) == ARENA_BYTES
