@@ -39,8 +39,10 @@ def test_a_log_dir_that_refuses_a_topic_change_takes_only_its_worker_offline(tmp
     try:
         admin = AdminClient({"bootstrap.servers": appliance.bootstrap})
         admin.create_topics([NewTopic("kept", 2, 1)])["kept"].result(30)
-        wait_until(lambda: all((d / f"kept-{p}").is_dir() for p in (0, 1)
-                               for d in [appliance.log_dirs[_owner(appliance, "kept", p)]]),
+        # a worker makes a partition's directory as it learns the topic, which may be just
+        # after CreateTopics answers: wait until some log dir holds each
+        wait_until(lambda: all(any((d / f"kept-{p}").is_dir() for d in appliance.log_dirs)
+                               for p in (0, 1)),
                    10, "the partitions' logs")
         survivor = next(p for p in (0, 1) if _owner(appliance, "kept", p) == 1)
         producer = Producer({"bootstrap.servers": appliance.bootstrap, "acks": "all"})
