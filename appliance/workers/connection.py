@@ -5,7 +5,8 @@ transport. Kafka promises responses in request order per connection (librdkafka 
 requests), so answers queue behind the oldest unanswered request. Handlers answer at once with
 a body, or later through an awaitable (a long-polling fetch, an acks=all produce waiting for
 group commit). Record bytes of fetch responses arrive as `FileRegion` chunks and leave with
-`loop.sendfile`, straight from the segment file. Reading pauses while too many responses are
+sendfile, straight from the segment file: at once when the socket takes them
+(`direct_send.py`), the rest through `loop.sendfile`. Reading pauses while too many responses are
 pending, or while the transport's write buffer is above its high-water mark (a client that
 does not read its answers), so one client cannot make the worker buffer without bound: what a
 connection holds is at most one partial request (up to `socket.request.max.bytes`), the
@@ -30,6 +31,7 @@ from collections import deque
 from appliance.tls.fetch_writer import ShortRead, write_through_tls
 from appliance.tls.principal import ANONYMOUS, principal_of
 from appliance.workers.authentication import Action
+from appliance.workers.direct_send import ShortFile, send_now
 from appliance.workers.fetch_sessions import FetchSessions
 from klog.protocol.chunks import FileRegion
 from klog.protocol.error_codes import ErrorCode
@@ -76,6 +78,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.peer_host = ""
         self._queue: deque = deque()  # (request, body | Future, monotonic time read)
         self._writer: asyncio.Task | None = None
+        self._sock_fd = -1  # the socket's descriptor, for direct_send (not on TLS)
         self._reading_paused = False
         self._writing_paused = False
         self._closed = False
@@ -111,6 +114,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         sock = transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._sock_fd = sock.fileno()
         self.peer_host = f"/{peer[0]}" if peer else ""  # Kafka's client_host form
         self._start_tls(transport)
         self.worker.connections.add(self)
@@ -316,11 +320,18 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 self.close()
                 return
             if any(isinstance(c, FileRegion) for c in chunks):
-                if out:
-                    self.transport.writelines(out)
-                write = self._write_through_tls if self.tls else self._write_with_sendfile
-                self._writer = asyncio.ensure_future(write(chunks))
-                return
+                if self.tls:
+                    if out:
+                        self.transport.writelines(out)
+                    self._writer = asyncio.ensure_future(self._write_through_tls(chunks))
+                    return
+                chunks = self._send_now([*out, *chunks])
+                out = []
+                if chunks is None:
+                    return  # closed
+                if any(isinstance(c, FileRegion) for c in chunks):
+                    self._writer = asyncio.ensure_future(self._write_with_sendfile(chunks))
+                    return
             out += chunks
         if out:
             self.transport.writelines(out)
@@ -366,6 +377,25 @@ class KafkaConnection(asyncio.BufferedProtocol):
             log.error("handler for api %d failed", request.header.api_key, exc_info=exc)
             return self._error_answer(request, ErrorCode.UNKNOWN_SERVER_ERROR)
         return future.result()
+
+    def _send_now(self, chunks) -> list | None:
+        """The chunks the socket would not take now (direct_send.py: a fetch response that
+        fits the socket's buffer leaves in one sendfile, without asyncio's machinery), or
+        None once closed on an error. Only when the transport holds nothing unsent, so
+        nothing written here overtakes earlier bytes."""
+        if self._sock_fd < 0 or self.transport.get_write_buffer_size() or \
+                self.transport.is_closing():
+            return chunks
+        try:
+            return send_now(self._sock_fd, chunks)
+        except ShortFile as exc:  # the size prefix promised bytes the file no longer has
+            log.error("short sendfile to %s (%s): closing", self.peer, exc)
+            self.close()
+            return None
+        except OSError as exc:
+            log.info("sendfile to %s failed: %s", self.peer, exc)
+            self.close()
+            return None
 
     async def _write_with_sendfile(self, chunks) -> None:
         loop = asyncio.get_running_loop()
