@@ -206,9 +206,13 @@ def catch_up(fleet: list[Appliance], zk, bootstrap: str, megabytes: int, topic: 
     restart_with(follower, *variant)
     cpu_before = cpu_s(follower), cpu_s(leader), cpu_s(follower, True), cpu_s(leader, True)
     spy = str(Path(sys.executable).parent / "py-spy")
-    spies = [subprocess.Popen([spy, "record", "-o", f"{profile}-{side}-{name}.txt", "-f",
-                               "raw", "-r", "100", "-p", str(pid)], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
+
+    def profiler(out: str, pid: int) -> list[str]:  # perf for a .data path, else py-spy
+        if profile.endswith(".data"):
+            return ["perf", "record", "-g", "-F", "499", "-o", f"{out}.data", "-p", str(pid)]
+        return [spy, "record", "-o", f"{out}.txt", "-f", "raw", "-r", "100", "-p", str(pid)]
+    spies = [subprocess.Popen(profiler(f"{profile.removesuffix('.data')}-{side}-{name}", pid),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
              for side, appliance in (("follower", follower), ("leader", leader))
              for name, pid in appliance.pids().items() if profile and pid > 0]
     first_at = None
@@ -285,12 +289,16 @@ def main() -> None:
     parser.add_argument("--only", default="acks,catchup,failover",
                         help="comma-separated sections: acks, catchup, failover")
     parser.add_argument("--catchup-mb", type=int, default=0)
-    parser.add_argument("--variants", type=int, default=2)
+    parser.add_argument("--variants", type=int, default=2,
+                        help="catch-up variants per round (1: the first of the round's order)")
+    parser.add_argument("--variant", choices=("before", "after"), default=None,
+                        help="catch-up rounds of this variant only")
     parser.add_argument("--after", default=AFTER, help="the follower's settings of 'after'")
     parser.add_argument("--rounds", type=int, default=2,
                         help="catch-up rounds, each before and after (alternating order)")
     parser.add_argument("--profile", default="",
-                        help="py-spy output path: the follower's workers during catch-up")
+                        help="profile path prefix of each side's workers during catch-up: "
+                        "py-spy's raw samples, or perf's with a .data suffix")
     args = parser.parse_args()
     sections = set(args.only.split(","))
     count = 20_000 if args.quick else 200_000
@@ -323,9 +331,10 @@ def main() -> None:
             rounds = args.rounds if "catchup" in sections else 0
             for i in range(rounds):  # alternate: the machine's load swings
                 order = ("before", "after") if i % 2 == 0 else ("after", "before")
-                for name in order[:args.variants]:
+                for name in (args.variant,) if args.variant else order[:args.variants]:
                     c = catch_up(fleet, zk, bootstrap, mb, f"catchup-{name}-{i}",
-                                 variants[name], f"{args.profile}-{name}-{i}"
+                                 variants[name], f"{args.profile.removesuffix('.data')}-{name}-{i}"
+                                 + (".data" if args.profile.endswith(".data") else "")
                                  if args.profile else "")
                     print(f"follower catch-up ({name}, round {i + 1}): {c['rate'] / 1e6:,.0f} "
                           f"MB/s over {c['bytes'] / 1e6:,.0f} MB; raw sendfile of the same "
