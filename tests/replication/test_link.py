@@ -1,14 +1,16 @@
 """The follower's link to its leader (appliance/workers/replication/link.py): responses read
 straight into a buffer of their own size, records decoded as views of it. Against a real
-worker's Fetch (sendfile), and a scripted peer for what a worker never sends."""
+worker's Fetch (sendfile), a scripted peer for what a worker never sends, and the framing
+alone with reads cut anywhere."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 
 import pytest
 
-from appliance.workers.replication.link import ReplicaLink
+from appliance.workers.replication.link import HEAD_BYTES, ReplicaLink, _Frames
 from klog.protocol.apis import fetch, metadata, produce
 from klog.protocol.chunks import join_chunks
 from klog.protocol.exceptions import FramingError
@@ -96,3 +98,73 @@ def test_a_size_above_the_limit_is_refused_before_anything_is_allocated():
 def test_a_connection_closed_mid_response_is_an_error():
     with pytest.raises(ConnectionError):
         _ask_scripted(lambda server, request: _whole(server, request)[:20])
+
+
+# the framing alone: reads as the transport makes them, cut anywhere -----------------------
+
+class _Transport:
+    closed = False
+
+    def close(self):
+        self.closed = True
+
+
+def _frames():
+    frames = _Frames(max_frame_bytes=8 << 20)
+    frames.connection_made(_Transport())
+    return frames
+
+
+def _feed(frames, data: bytes, pieces: list[int]) -> None:
+    """Deliver `data` the way a transport does, one read per size in `pieces` (the rest in
+    reads as large as each buffer offered)."""
+    view, sizes = memoryview(data), list(pieces)
+    while view:
+        into = frames.get_buffer(-1)
+        n = min(len(into), len(view), sizes.pop(0) if sizes else len(view))
+        into[:n] = view[:n]
+        frames.buffer_updated(n)
+        view = view[n:]
+
+
+def _framed(*payloads: bytes) -> bytes:
+    return b"".join(len(p).to_bytes(4, "big") + p for p in payloads)
+
+
+@pytest.mark.parametrize("pieces", [[], [1, 2, 3], [5, 70_000], [100_003], [3] * 50])
+def test_small_and_large_frames_arriving_together_or_cut_anywhere_come_whole_in_order(pieces):
+    payloads = [b"idle answer", os.urandom(HEAD_BYTES * 3 + 17), b"", os.urandom(300),
+                os.urandom(HEAD_BYTES - 4), os.urandom(HEAD_BYTES - 3), b"last"]
+    frames = _frames()
+    _feed(frames, _framed(*payloads), pieces)
+    got = []
+    while frames._done:
+        got.append(bytes(frames._done.popleft()))
+    assert got == payloads
+    assert frames._frame is None and frames._head_used == 0
+
+
+def test_a_large_frame_lands_in_a_pooled_buffer_of_its_size_with_its_first_bytes_copied_over():
+    big = os.urandom(1 << 20)
+    frames = _frames()
+    _feed(frames, _framed(b"small", big), [1000])  # the prefix and 991 bytes of it in one read
+    assert frames._done.popleft() == b"small"
+    frame = frames._done.popleft()
+    assert isinstance(frame, memoryview) and len(frame) == len(big) and bytes(frame) == big
+
+
+def test_a_hostile_size_in_the_head_closes_the_link_before_anything_is_allocated():
+    frames = _frames()
+    _feed(frames, _framed(b"ok") + (1 << 30).to_bytes(4, "big"), [])
+    assert frames._done.popleft() == b"ok"
+    assert frames.transport.closed and isinstance(frames._error, FramingError)
+
+
+def test_no_response_within_the_timeout_is_a_timeout_error():
+    async def run():
+        frames = _frames()
+        with pytest.raises(TimeoutError):
+            await frames.next_frame(0.05)
+        _feed(frames, _framed(b"late"), [])
+        assert await frames.next_frame(0.05) == b"late"
+    asyncio.run(run())

@@ -1,5 +1,5 @@
-"""A follower's connection to its leader's node: one request, then its response, each response
-received straight into a buffer of its own size.
+"""A follower's connection to its leader's node: one request, then its response (or two in
+flight), each large response received straight into a buffer of its own size.
 
 Why not asyncio streams: a replica fetch answers up to megabytes of record batches, and a
 stream reader copies them three times in Python before the codec sees them (into the
@@ -7,10 +7,12 @@ reader's buffer, out of it, then into a frame assembled from chunks), on the CPU
 follower's catch-up is bound by. Here the kernel writes each response into its frame's
 buffer (`BufferedProtocol`), the codec decodes the records as views of it, and the
 follower appends those views: the record bytes are copied once, by the kernel, on their way
-in (and once more on their way into the page cache). The frame buffers come from the
-worker's `BufferPool` (klog/protocol/arena_frames.py) and go back to it once no view of a
-response is left: a fresh megabyte per response cost its page faults and zeroing, 6% of a
-catching-up follower's CPU.
+in (and once more on their way into the page cache; a small answer, such as an idle
+fetch's, is copied once more out of the head buffer that the first read of every response
+lands in). The frame buffers come from the worker's `BufferPool`
+(klog/protocol/arena_frames.py) and go back to it once no view of a response is left: a
+fresh megabyte per response cost its page faults and zeroing, 6% of a catching-up
+follower's CPU.
 
 Errors: a size prefix outside [0, max_frame_bytes] raises FramingError before anything is
 allocated; a closed connection ConnectionError; no whole response within the timeout
@@ -30,18 +32,25 @@ from klog.protocol.exceptions import FramingError
 from klog.protocol.frames import DEFAULT_MAX_FRAME_BYTES
 from klog.protocol.primitives import INT32
 
+HEAD_BYTES = 64 * 1024  # a read lands here unless it continues a large frame
+
 
 class _Frames(asyncio.BufferedProtocol):
-    """Size-prefixed frames, each read into a bytearray of its size."""
+    """Size-prefixed frames. A read lands in a small head buffer, which takes the size prefix
+    and small frames whole; a frame larger than the head gets a buffer of exactly its size
+    (from the pool), what came of it so far copied over, and the reads that follow go straight
+    into it. So a 1 MiB response costs two reads, the prefix and its first bytes in one, the
+    rest in the other; small answers come whole in one."""
 
     def __init__(self, max_frame_bytes: int, pool: BufferPool = SHARED_POOL):
         self.max_frame_bytes = max_frame_bytes
         self.transport: asyncio.Transport | None = None
         self._pool = pool
-        self._prefix = memoryview(bytearray(4))
-        self._frame: memoryview | None = None  # None: reading a size prefix
+        self._head = memoryview(bytearray(HEAD_BYTES))
+        self._head_used = 0  # bytes in the head not yet taken into a frame
+        self._frame: memoryview | None = None  # a large frame while it fills
         self._have = 0
-        self._done: deque[memoryview] = deque()
+        self._done: deque[memoryview | bytes] = deque()
         self._waiter: asyncio.Future | None = None
         self._error: Exception | None = None
 
@@ -49,25 +58,49 @@ class _Frames(asyncio.BufferedProtocol):
         self.transport = transport
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        target = self._prefix if self._frame is None else self._frame
-        return target[self._have:]
+        if self._frame is not None:
+            return self._frame[self._have:]
+        return self._head[self._head_used:]
 
     def buffer_updated(self, nbytes: int) -> None:
-        self._have += nbytes
-        if self._frame is None:
-            if self._have < 4:
-                return
-            size = INT32.unpack(self._prefix)[0]
+        if self._frame is not None:
+            self._have += nbytes
+            if self._have == len(self._frame):
+                self._done.append(self._frame)
+                self._frame, self._have = None, 0
+                self._wake()
+            return
+        self._head_used += nbytes
+        if self._take_from_head():
+            self._wake()
+
+    def _take_from_head(self) -> bool:
+        """Take every frame the head holds, and start a large one in its own buffer; True if
+        a frame is done."""
+        head, used, pos, done = self._head, self._head_used, 0, False
+        while used - pos >= 4:
+            size = INT32.unpack_from(head, pos)[0]
             if not 0 <= size <= self.max_frame_bytes:
                 self._fail(FramingError(f"frame size {size} outside [0, "
                                         f"{self.max_frame_bytes}]"))
                 self.transport.close()
-                return
-            self._frame, self._have = self._pool.take(size), 0
-        if self._have == len(self._frame):
-            self._done.append(self._frame)
-            self._frame, self._have = None, 0
-            self._wake()
+                return done
+            here = used - pos - 4
+            if here >= size:  # whole in the head: copied out, the head is reused
+                self._done.append(bytes(head[pos + 4:pos + 4 + size]))
+                pos += 4 + size
+                done = True
+                continue
+            if 4 + size <= len(head):
+                break  # a small frame, unfinished: it finishes in the head
+            self._frame = self._pool.take(size)
+            self._frame[:here] = head[pos + 4:used]
+            self._have, pos = here, used
+            break
+        if pos:  # what is left (part of a prefix or of a small frame) moves to the front
+            head[:used - pos] = head[pos:used]
+            self._head_used = used - pos
+        return done
 
     def connection_lost(self, exc) -> None:
         self._fail(exc or ConnectionError("the leader closed the connection"))
@@ -81,13 +114,27 @@ class _Frames(asyncio.BufferedProtocol):
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
 
-    async def next_frame(self) -> memoryview:
+    async def next_frame(self, timeout_s: float) -> memoryview | bytes:
+        """The oldest whole frame; TimeoutError if none comes within `timeout_s`. Waits on a
+        future with a timer rather than asyncio.wait_for, whose task of its own costs two
+        more rounds of the loop per response."""
+        loop = None
         while not self._done:
             if self._error is not None:
                 raise self._error
-            self._waiter = asyncio.get_running_loop().create_future()
-            await self._waiter
+            loop = loop or asyncio.get_running_loop()
+            self._waiter = waiter = loop.create_future()
+            timer = loop.call_later(timeout_s, _expire, waiter)
+            try:
+                await waiter
+            finally:
+                timer.cancel()
         return self._done.popleft()
+
+
+def _expire(waiter: asyncio.Future) -> None:
+    if not waiter.done():
+        waiter.set_exception(TimeoutError("no response from the leader in time"))
 
 
 class ReplicaLink:
@@ -137,8 +184,8 @@ class ReplicaLink:
 
     async def receive(self, *, timeout_s: float = 30):
         """The decoded response of the oldest request in flight."""
-        frame = await asyncio.wait_for(self.frames.next_frame(), timeout_s)
-        return self.connection.response_of(frame)[1]
+        frame = await self.frames.next_frame(timeout_s)
+        return self.connection.response_of(memoryview(frame))[1]
 
     def abort(self) -> None:
         """Drop the connection now, a response in flight with it: `ask` raises
