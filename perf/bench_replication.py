@@ -16,7 +16,9 @@ Three appliances (two workers each) and a three-server ZooKeeper on this host:
   MB, then started; the rate at which its replica copies the leader's log (from its first
   copied byte to the leader's log end, read from its shm region), beside a raw loop that
   sendfiles the same segment files over a loopback TCP connection into a file: the floor of
-  what a follower's fetch, append and publication could cost. Rates on this shared host
+  what a follower's fetch, append and publication could cost. The raw loop runs just before
+  and just after the catch-up, and the ratio is to their mean (the page cache's memory
+  state drifts within a run and moves the raw loop by up to 2x). Rates on this shared host
   swing with the load; the CPU seconds spent per 100 MB (the follower's and the leader's
   worker processes; both ends of the raw loop) vary much less.
 
@@ -203,6 +205,11 @@ def catch_up(fleet: list[Appliance], zk, bootstrap: str, megabytes: int, topic: 
     assert p.flush(300) == 0
     target = replica_view(leader, topic, 0)
     start_end = None
+    # the raw loop runs just before the catch-up and just after it: the page cache's memory
+    # state drifts over a run (on this VM, writes into memory the guest never touched run at
+    # half the speed of writes into memory it freed lately), and one side alone moved the
+    # ratio from 0.4 to 0.8 between rounds of the same code
+    raw_before, raw_cpu_before = raw_sendfile_rate(leader, topic, 0)
     restart_with(follower, *variant)
     cpu_before = cpu_s(follower), cpu_s(leader), cpu_s(follower, True), cpu_s(leader, True)
     spy = str(Path(sys.executable).parent / "py-spy")
@@ -237,8 +244,10 @@ def catch_up(fleet: list[Appliance], zk, bootstrap: str, megabytes: int, topic: 
     for spy in spies:
         spy.send_signal(signal.SIGINT)
         spy.wait(30)
-    raw, raw_cpu = raw_sendfile_rate(leader, topic, 0)
+    raw_after, raw_cpu_after = raw_sendfile_rate(leader, topic, 0)
+    raw, raw_cpu = (raw_before + raw_after) / 2, (raw_cpu_before + raw_cpu_after) / 2
     return {"rate": copied / took if took > 0 else float("inf"), "raw": raw,
+            "raw_before": raw_before, "raw_after": raw_after,
             "bytes": target.size_bytes, "follower_cpu": follower_cpu, "leader_cpu": leader_cpu,
             "follower_user": follower_user, "leader_user": leader_user,
             "raw_cpu": raw_cpu / hundreds}
@@ -338,7 +347,9 @@ def main() -> None:
                                  if args.profile else "")
                     print(f"follower catch-up ({name}, round {i + 1}): {c['rate'] / 1e6:,.0f} "
                           f"MB/s over {c['bytes'] / 1e6:,.0f} MB; raw sendfile of the same "
-                          f"segment files into a file: {c['raw'] / 1e6:,.0f} MB/s (ratio "
+                          f"segment files into a file: {c['raw'] / 1e6:,.0f} MB/s (mean of "
+                          f"{c['raw_before'] / 1e6:,.0f} before and {c['raw_after'] / 1e6:,.0f} "
+                          f"after; ratio "
                           f"{c['rate'] / c['raw']:.2f}); CPU s per 100 MB: follower "
                           f"{c['follower_cpu']:.2f} (user {c['follower_user']:.2f}), leader "
                           f"{c['leader_cpu']:.2f} (user {c['leader_user']:.2f}), raw loop "
