@@ -12,6 +12,7 @@ import pytest
 
 from appliance.workers.replication.link import HEAD_BYTES, ReplicaLink, _Frames
 from klog.protocol.apis import fetch, metadata, produce
+from klog.protocol.arena_frames import BufferPool
 from klog.protocol.chunks import join_chunks
 from klog.protocol.exceptions import FramingError
 from klog.protocol.frames import NEED_DATA
@@ -168,3 +169,22 @@ def test_no_response_within_the_timeout_is_a_timeout_error():
         _feed(frames, _framed(b"late"), [])
         assert await frames.next_frame(0.05) == b"late"
     asyncio.run(run())
+
+
+def test_large_frames_reuse_a_pooled_buffer_once_no_view_of_the_last_is_left():
+    pool = BufferPool()
+    frames = _Frames(max_frame_bytes=8 << 20, pool=pool)
+    frames.connection_made(_Transport())
+    first, second, third = (os.urandom(300_000) for _ in range(3))
+    _feed(frames, _framed(first), [])
+    kept = frames._done.popleft()
+    assert bytes(kept) == first
+    _feed(frames, _framed(second), [])
+    held = frames._done.popleft()
+    assert held.obj is not kept.obj  # a view of the first is alive: not written over
+    assert bytes(kept) == first and bytes(held) == second
+    owner = id(kept.obj)  # its id only: a reference would keep it in use
+    assert owner in {id(b) for b in pool._buffers}  # the pool holds it: the id stays its own
+    del kept
+    _feed(frames, _framed(third), [])
+    assert id(frames._done.popleft().obj) == owner  # nothing refers to it now: reused
