@@ -66,6 +66,8 @@ FLUSH_CHECK_INTERVAL_S = 0.1
 UNOPENED_RETRY_S = 2.0  # partitions not opened for want of descriptors: the next try
 # Appends by other workers cannot wake our waiters directly; while fetches wait on their
 # partitions, the published high watermarks are polled this often (a few µs per partition).
+# While none does, the poll sleeps until a fetch starts to wait: a timer at this rate cost
+# an idle worker about 8% of a core, and every worker of a host pays it.
 REMOTE_POLL_INTERVAL_S = 0.002
 
 
@@ -417,10 +419,15 @@ class Worker:
 
     async def _watch_remote_appends(self) -> None:
         seen: dict[tuple[str, int], int] = {}
+        arrived = self.waiters.readers_arrived
         while True:
             await asyncio.sleep(REMOTE_POLL_INTERVAL_S)
             waiting = [k for k in self.waiters.readers_waiting()
                        if self.partitions.get(*k) is None]
+            if not waiting:  # nothing of another worker's is waited on: sleep until some
+                arrived.clear()  # consumer's fetch waits (its own worker's or not)
+                await arrived.wait()
+                continue
             for key in waiting:
                 remote = self.remote.get(*key)
                 if remote is not None and seen.get(key) != remote.high_watermark:

@@ -86,3 +86,42 @@ def test_a_waiting_fetch_returns_within_milliseconds_of_an_append(appliance):
     print(f"long-poll wake-up after append: {[round(d * 1000, 2) for d in delays]} ms")
     consumer.close()
     producer.close()
+
+
+def test_a_fetch_waiting_on_another_workers_partition_is_woken_by_its_append(
+        appliance_factory):
+    """Workers poll other workers' published high watermarks only while a consumer's fetch
+    waits on one of their partitions, and sleep otherwise: each round here starts from a
+    worker whose poll has gone to sleep, and must still be woken by the owner's append
+    (through the shm region), not by the fetch's 5 s timeout."""
+    appliance = appliance_factory(log_dirs=2)
+    create_topic(appliance.bootstrap, "across", 1)
+    owner = next(i for i, d in enumerate(appliance.log_dirs) if (d / "across-0").is_dir())
+    consumer = RawClient(appliance.port + (1 - owner))  # the worker that does not own it
+    producer = RawClient(appliance.port + owner)
+    batch = build_batch([(int(time.time() * 1000), None, b"across workers", [])])
+    delays = []
+    for round_ in range(5):
+        time.sleep(0.05)  # nothing waits meanwhile: the consumer's worker stops polling
+        consumer.send(fetch, 11, **fetch_request("across", round_, 5000))
+        appended_at = []
+
+        def append(appended_at=appended_at):
+            time.sleep(0.3)
+            appended_at.append(time.perf_counter())
+            producer.call(produce, 8, **produce_request("across", batch, acks=1))
+
+        thread = threading.Thread(target=append)
+        thread.start()
+        answer = consumer.receive()
+        answered_at = time.perf_counter()
+        thread.join()
+        part = answer.responses[0].partitions[0]
+        assert part.error_code == 0 and part.high_watermark == round_ + 1
+        assert len(part.records) > 0
+        delays.append(answered_at - appended_at[0])
+    assert max(delays) < 1.0, delays  # woken by the append, not by the 5 s timeout
+    print(f"cross-worker long-poll wake-up after append: "
+          f"{[round(d * 1000, 2) for d in delays]} ms")
+    consumer.close()
+    producer.close()

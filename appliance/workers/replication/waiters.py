@@ -24,6 +24,9 @@ class AppendWaiters:
     def __init__(self):
         self._waiting: dict[tuple[str, int], set[asyncio.Event]] = defaultdict(set)
         self._replicas: dict[tuple[str, int], set[asyncio.Event]] = defaultdict(set)
+        # set whenever a consumer's fetch starts to wait: the poll of other workers'
+        # partitions (worker.py) sleeps on it while no reader waits, instead of a timer
+        self.readers_arrived = asyncio.Event()
 
     def notify(self, topic: str, index: int) -> None:
         """The log grew (or changed): every fetch waiting on it reads again."""
@@ -54,6 +57,8 @@ class AppendWaiters:
         event = asyncio.Event()
         for key in keys:
             table[key].add(event)
+        if not replica and keys:
+            self.readers_arrived.set()
         return event
 
     async def wait_registered(self, event: asyncio.Event, keys: list, timeout_s: float, *,
