@@ -20,7 +20,7 @@ from typing import Any
 
 from klog.protocol import records_codec
 from klog.protocol.records import build_batch
-from klog.protocol.records_encode import CREATE_TIME, assemble, batch_attributes
+from klog.protocol.records_encode import CREATE_TIME, assemble_pieces, batch_attributes
 
 if records_codec.IMPLEMENTATION == "C":  # KLOG_PURE_PYTHON=1 or not built: the tuples' path
     from klog.protocol._recordsc import encode_segments as _encode_segments
@@ -49,7 +49,7 @@ class ProducerBatch:
         self.producer_id = -1
         self.producer_epoch = -1
         self.base_sequence = -1  # -1: not stamped yet
-        self.data: bytes | None = None
+        self.data: bytes | tuple[bytes, bytes] | None = None
         self.retry_at_ms = 0
         self.leader_epoch = -1  # the partition's leader epoch when last sent (-1: unknown)
         self.done = False
@@ -97,8 +97,10 @@ class ProducerBatch:
         self.base_sequence = base_sequence
         self.transactional = transactional
 
-    def encode(self, codec: int) -> bytes:
-        """The batch's bytes (encoded on the first call, the same bytes on a retry)."""
+    def encode(self, codec: int) -> bytes | tuple[bytes, bytes]:
+        """The batch's bytes (encoded on the first call, the same bytes on a retry), as the
+        Produce request's records field takes them: one ``bytes``, or the header and the
+        body apart when the compiled encoder made the body (see ``assemble_pieces``)."""
         if self.data is None:
             if self.segments and _encode_segments is not None:
                 self.data = self._encode_segments(codec)
@@ -110,9 +112,9 @@ class ProducerBatch:
                                         is_transactional=self.transactional)
         return self.data
 
-    def _encode_segments(self, codec: int) -> bytes | None:
-        """The bytes build_batch would make of ``_all_records()``, from the segments as they
-        are (the compiled ``encode_segments``: no tuple per value),
+    def _encode_segments(self, codec: int) -> tuple[bytes, bytes] | None:
+        """The bytes build_batch would make of ``_all_records()`` (header and body apart),
+        from the segments as they are (the compiled ``encode_segments``: no tuple per value),
         or None for a shape it leaves to build_batch (headers, a value not bytes)."""
         records, segments = self.records, self.segments
         base_ts = records[0][0] if records else segments[0][0]
@@ -120,12 +122,12 @@ class ProducerBatch:
         if out is None:
             return None
         body, max_ts = out
-        return assemble([body], len(records) + self.segment_count,
-                        attributes=batch_attributes(codec, CREATE_TIME, self.transactional,
-                                                    False),
-                        base_offset=0, partition_leader_epoch=-1, base_ts=base_ts,
-                        max_ts=max_ts, producer_id=self.producer_id,
-                        producer_epoch=self.producer_epoch, base_sequence=self.base_sequence)
+        return assemble_pieces(
+            [body], len(records) + self.segment_count,
+            attributes=batch_attributes(codec, CREATE_TIME, self.transactional, False),
+            base_offset=0, partition_leader_epoch=-1, base_ts=base_ts, max_ts=max_ts,
+            producer_id=self.producer_id, producer_epoch=self.producer_epoch,
+            base_sequence=self.base_sequence)
 
     def timestamp_of(self, index: int) -> int:
         if index < len(self.records):

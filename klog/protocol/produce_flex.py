@@ -37,7 +37,8 @@ _ACKS_TIMEOUT = struct.Struct(">hi")
 _PARTITION = struct.Struct(">ihqqq")  # index, error_code, base_offset, append time, log start
 # an answer partition's tail when all is well: no record errors, a null message, no tags
 _PLAIN_TAIL = b"\x01\x00\x00"
-_RECORD_TYPES = (bytes, bytearray, memoryview)
+# records as one buffer, or a batch's pieces in order (a producer's header and body apart)
+_RECORD_TYPES = (bytes, bytearray, memoryview, tuple)
 
 _REQUEST = (("transactional_id", "string", True, None), ("acks", "int16", False, None),
             ("timeout_ms", "int32", False, None),

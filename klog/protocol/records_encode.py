@@ -171,7 +171,7 @@ def batch_attributes(
     return attributes
 
 
-def assemble(
+def assemble_pieces(
     parts: list[bytes],
     count: int,
     *,
@@ -183,8 +183,10 @@ def assemble(
     producer_id: int,
     producer_epoch: int,
     base_sequence: int,
-) -> bytes:
-    """Join the records, compress them if asked, and put the header (CRC included) in front."""
+) -> tuple[bytes, bytes]:
+    """The batch as its header (CRC included) and its body: the records joined, compressed
+    if asked. Apart, because a Produce request passes each piece to the socket as it is,
+    and joining them would copy a megabyte body once more into memory just allocated."""
     body = b"".join(parts)
     codec = attributes & CODEC_MASK
     if codec:
@@ -209,4 +211,24 @@ def assemble(
     with memoryview(header) as view:
         crc = crc32c(body, crc32c(view[CRC_START:]))
     CRC.pack_into(header, CRC_START - 4, crc)
-    return b"".join((header, body))
+    return bytes(header), body
+
+
+def assemble(
+    parts: list[bytes],
+    count: int,
+    *,
+    attributes: int,
+    base_offset: int,
+    partition_leader_epoch: int,
+    base_ts: int,
+    max_ts: int,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+) -> bytes:
+    """Join the records, compress them if asked, and put the header (CRC included) in front."""
+    return b"".join(assemble_pieces(
+        parts, count, attributes=attributes, base_offset=base_offset,
+        partition_leader_epoch=partition_leader_epoch, base_ts=base_ts, max_ts=max_ts,
+        producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=base_sequence))

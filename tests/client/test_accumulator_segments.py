@@ -24,6 +24,11 @@ def reference(batch: ProducerBatch, codec: int = 0) -> bytes:
                        is_transactional=batch.transactional)
 
 
+def joined(data) -> bytes:
+    """encode()'s answer as one bytes: it may be the header and the body apart."""
+    return data if isinstance(data, bytes) else b"".join(data)
+
+
 def made(records=(), segments=(), *, transactional=False) -> ProducerBatch:
     batch = ProducerBatch("t", 0, 1_000, 2_000, None)
     batch.records.extend(records)
@@ -55,8 +60,9 @@ SHAPES = {
 @pytest.mark.parametrize("codec", [0, 1])
 def test_compiled_segments_encode_as_the_record_tuples_do(name: str, codec: int) -> None:
     batch = SHAPES[name]
-    ours = batch._encode_segments(codec)
-    assert ours is not None
+    pieces = batch._encode_segments(codec)
+    assert pieces is not None
+    ours = joined(pieces)
     assert ours == reference(batch, codec)
     header, records = decode_batch(ours)
     assert header.records_count == len(records) == batch.count
@@ -73,13 +79,13 @@ def test_compiled_segments_encode_as_the_record_tuples_do(name: str, codec: int)
 def test_other_shapes_are_left_to_the_reference(records, segments) -> None:
     batch = made(records, segments)
     assert batch._encode_segments(0) is None
-    assert batch.encode(0) == reference(batch)  # encode() falls back to the tuples
+    assert joined(batch.encode(0)) == reference(batch)  # encode() falls back to the tuples
 
 
 def test_encode_gives_the_reference_bytes_on_either_path() -> None:
     for batch in SHAPES.values():
         batch.data = None
-        assert batch.encode(0) == reference(batch)
+        assert joined(batch.encode(0)) == reference(batch)
 
 
 @compiled
@@ -89,3 +95,30 @@ def test_the_copy_without_the_gil_writes_the_same_bytes() -> None:
     base_ts = records[0][0]
     held = batch_module._encode_segments(records, segments, base_ts)
     assert batch_module._encode_segments(records, segments, base_ts, 0) == held
+
+
+@compiled
+@pytest.mark.parametrize("version", [3, 8, 9, 10])
+def test_a_produce_request_carries_the_pieces_as_the_joined_batch_and_the_body_uncopied(
+        version: int) -> None:
+    """encode() gives the compiled path's header and body apart; the Produce request must
+    be the very bytes it would be with the batch joined, and the body must reach the
+    socket's chunks as the object itself (joining it cost a megabyte copy per batch)."""
+    from klog.protocol.apis import produce
+    from klog.protocol.chunks import join_chunks
+    from klog.protocol.client import ClientConnection
+
+    batch = SHAPES["a large batch"]
+    batch.data = None
+    pieces = batch.encode(0)
+    assert isinstance(pieces, tuple) and len(pieces) == 2
+    frames = []
+    for records in (pieces, joined(pieces)):
+        request = produce.Request(transactional_id=None, acks=-1, timeout_ms=30_000,
+                                  topic_data=[produce.TopicProduceData(name="t", partition_data=[
+                                      produce.PartitionProduceData(index=0, records=records)])])
+        _, chunks = ClientConnection(client_id="c").send_request_chunks(
+            produce.SPEC.key, version, request)
+        frames.append((chunks, join_chunks(chunks)))
+    assert frames[0][1] == frames[1][1]
+    assert any(chunk is pieces[1] for chunk in frames[0][0])
