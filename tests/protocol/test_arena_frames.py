@@ -162,3 +162,64 @@ def test_an_idle_connection_holds_a_small_arena_and_a_busy_one_grows_to_the_larg
     assert [bytes(f) for f in got] == payloads
     assert len(got) == 2_000
     assert len(got[-1].obj) == ARENA_BYTES
+
+
+def whole_frames_in_reads(frames: ArenaFrameBuffer, data: bytes, frame_bytes: int,
+                          on_frame) -> int:
+    """Feed ``data`` in reads that end on frame boundaries (as requests that arrive one at a
+    time do), calling ``on_frame(index, frame)`` for each; the number of arenas made."""
+    made = 0
+    new_arena = frames._new_arena
+
+    def counted(size):
+        nonlocal made
+        made += 1
+        new_arena(size)
+
+    frames._new_arena = counted
+    pos, seen = 0, 0
+    while pos < len(data):
+        into = frames.get_buffer()
+        n = min(len(into), len(data) - pos, 60 * frame_bytes)
+        n -= n % frame_bytes or 0
+        n = n or min(len(into), len(data) - pos)
+        into[:n] = data[pos:pos + n]
+        frames.buffer_updated(n)
+        pos += n
+        del into
+        while (frame := frames.next_frame()) is not None:
+            on_frame(seen, frame)
+            seen += 1
+            del frame
+    return made
+
+
+def test_an_arena_whose_frames_are_all_let_go_is_filled_again_from_its_front():
+    """A busy connection whose requests finish before the next read reuses its largest arena
+    instead of allocating (and zeroing) a new one each time it fills."""
+    frames = ArenaFrameBuffer()
+    payloads = [payload(1_000, i) for i in range(3_000)]  # a dozen largest arenas' worth
+    seen = []
+
+    def check(index, frame):  # read, then let go, as a request is
+        assert bytes(frame) == payloads[index]
+        seen.append(index)
+
+    made = whole_frames_in_reads(frames, framed(*payloads), 1_004, check)
+    assert seen == list(range(3_000))
+    # 4, 8, ... 256 KiB while growing, then the largest one over and over
+    assert made <= 8, made
+
+
+def test_an_arena_with_a_frame_still_held_is_never_written_over():
+    frames = ArenaFrameBuffer()
+    payloads = [payload(1_000, i) for i in range(3_000)]
+    held = []
+
+    def keep_some(index, frame):  # one request in 300 outlives the reads (waits on replicas)
+        if index % 300 == 0:
+            held.append((index, frame))
+
+    made = whole_frames_in_reads(frames, framed(*payloads), 1_004, keep_some)
+    assert [bytes(frame) for _, frame in held] == [payloads[i] for i, _ in held]
+    assert made >= 10  # each arena with a held frame was left alone for a new one
