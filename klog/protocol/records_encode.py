@@ -214,21 +214,7 @@ def assemble_pieces(
     return bytes(header), body
 
 
-def assemble(
-    parts: list[bytes],
-    count: int,
-    *,
-    attributes: int,
-    base_offset: int,
-    partition_leader_epoch: int,
-    base_ts: int,
-    max_ts: int,
-    producer_id: int,
-    producer_epoch: int,
-    base_sequence: int,
-) -> bytes:
-    """Join the records, compress them if asked, and put the header (CRC included) in front."""
-    return b"".join(assemble_pieces(
-        parts, count, attributes=attributes, base_offset=base_offset,
-        partition_leader_epoch=partition_leader_epoch, base_ts=base_ts, max_ts=max_ts,
-        producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=base_sequence))
+def assemble(parts: list[bytes], count: int, **header: int) -> bytes:
+    """Join the records, compress them if asked, and put the header (CRC included) in front
+    (the header's fields as ``assemble_pieces`` names them)."""
+    return b"".join(assemble_pieces(parts, count, **header))
