@@ -79,30 +79,17 @@ def appliance_rows(seconds: float, partitions: int) -> None:
 
 
 def fleet_row(seconds: float) -> None:
-    from bench_replication import CHROOT, start_fleet, wait_led
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from bench_replication import running_fleet
+    from confluent_kafka.admin import NewTopic
 
-    from tests.fleet.zookeeper import Ensemble
-
-    with tempfile.TemporaryDirectory() as tmp:
-        ensemble = Ensemble(Path(tmp) / "zk")
-        ensemble.start()
-        fleet = []
-        try:
-            fleet = start_fleet(Path(tmp), f"{ensemble.connect}{CHROOT}")
-            admin = AdminClient({"bootstrap.servers": fleet[0].bootstrap})
-            admin.create_topics([NewTopic("idle", 12, 3)])["idle"].result(30)
-            wait_led(fleet[0].bootstrap, "idle", 12)
-            time.sleep(3)
-            named = {}
-            for number, appliance in enumerate(fleet, 1):
-                named.update(processes(appliance, f"a{number}."))
-            show("fleet of three, 12 partitions x 3 replicas, idle (ZooKeeper not counted)",
-                 idle_shares(named, seconds))
-        finally:
-            for appliance in fleet:
-                appliance.stop()
-            ensemble.close()
+    with tempfile.TemporaryDirectory() as tmp, running_fleet(
+            Path(tmp), [NewTopic("idle", 12, 3)]) as (_, fleet):
+        time.sleep(3)
+        named = {}
+        for number, appliance in enumerate(fleet, 1):
+            named.update(processes(appliance, f"a{number}."))
+        show("fleet of three, 12 partitions x 3 replicas, idle (ZooKeeper not counted)",
+             idle_shares(named, seconds))
 
 
 def main() -> None:

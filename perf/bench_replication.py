@@ -68,6 +68,27 @@ def start_fleet(root: Path, connect: str) -> list[Appliance]:
         for b in (1, 2, 3)]
 
 
+@contextlib.contextmanager
+def running_fleet(root: Path, topics: list[NewTopic]):
+    """A three-server ZooKeeper and three appliances under `root`, `topics` created and led:
+    (ensemble, fleet); everything stopped on the way out."""
+    ensemble = Ensemble(root / "zk")
+    ensemble.start()
+    fleet = []
+    try:
+        fleet = start_fleet(root, f"{ensemble.connect}{CHROOT}")
+        admin = AdminClient({"bootstrap.servers": fleet[0].bootstrap})
+        for topic in topics:
+            admin.create_topics([topic])[topic.topic].result(30)
+        for topic in topics:
+            wait_led(fleet[0].bootstrap, topic.topic, topic.num_partitions)
+        yield ensemble, fleet
+    finally:
+        for appliance in fleet:
+            appliance.stop()
+        ensemble.close()
+
+
 def wait_led(bootstrap: str, topic: str, partitions: int) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     deadline = time.monotonic() + 60
@@ -313,64 +334,51 @@ def main() -> None:
     count = 20_000 if args.quick else 200_000
     samples = 200 if args.quick else 2000
     kills = 1 if args.quick else 20
-    with tempfile.TemporaryDirectory() as tmp:
-        ensemble = Ensemble(Path(tmp) / "zk")
-        ensemble.start()
-        fleet = []
-        try:
-            fleet = start_fleet(Path(tmp), f"{ensemble.connect}{CHROOT}")
-            admin = AdminClient({"bootstrap.servers": fleet[0].bootstrap})
-            admin.create_topics([NewTopic("rf1", 6, 1)])["rf1"].result(30)
-            admin.create_topics([NewTopic("rf3", 6, 3, config={"min.insync.replicas": "2"})]
-                                )["rf3"].result(30)
-            wait_led(fleet[0].bootstrap, "rf1", 6)
-            wait_led(fleet[0].bootstrap, "rf3", 6)
-            bootstrap = ",".join(a.bootstrap for a in fleet)
-            for topic in ("rf1", "rf3") if "acks" in sections else ():
-                rate = throughput(bootstrap, topic, count)
-                p50, p99 = latencies_ms(bootstrap, topic, samples)
-                print(f"acks=all {topic}: {rate:,.0f} msg/s ({count} x 200 B); "
-                      f"latency p50 {p50:.2f} ms, p99 {p99:.2f} ms ({samples} one at a time)")
-            zk = KazooClient(hosts=f"{ensemble.connect}{CHROOT}")
-            zk.start(timeout=10)
-            mb = args.catchup_mb or (64 if args.quick else 512)
-            after = dict(kv.split("=", 1) for kv in args.after.split(",") if kv)
-            variants = {"before": ({k: "" for k in after}, {PIPELINE_ENV: "0"}),
-                        "after": (after, {})}
-            rounds = args.rounds if "catchup" in sections else 0
-            for i in range(rounds):  # alternate: the machine's load swings
-                order = ("before", "after") if i % 2 == 0 else ("after", "before")
-                for name in (args.variant,) if args.variant else order[:args.variants]:
-                    c = catch_up(fleet, zk, bootstrap, mb, f"catchup-{name}-{i}",
-                                 variants[name], f"{args.profile.removesuffix('.data')}-{name}-{i}"
-                                 + (".data" if args.profile.endswith(".data") else "")
-                                 if args.profile else "")
-                    print(f"follower catch-up ({name}, round {i + 1}): {c['rate'] / 1e6:,.0f} "
-                          f"MB/s over {c['bytes'] / 1e6:,.0f} MB; raw sendfile of the same "
-                          f"segment files into a file: {c['raw'] / 1e6:,.0f} MB/s (mean of "
-                          f"{c['raw_before'] / 1e6:,.0f} before and {c['raw_after'] / 1e6:,.0f} "
-                          f"after; ratio "
-                          f"{c['rate'] / c['raw']:.2f}); CPU s per 100 MB: follower "
-                          f"{c['follower_cpu']:.2f} (user {c['follower_user']:.2f}), leader "
-                          f"{c['leader_cpu']:.2f} (user {c['leader_user']:.2f}), raw loop "
-                          f"(both ends) {c['raw_cpu']:.2f}", flush=True)
-            if "failover" not in sections:
-                kills = 0
-            runs = [failover_s(fleet, zk, "rf3") for _ in range(kills)]
-            zk.stop()
-            if not runs:
-                return
-            times = [took for took, _ in runs]
-            after = [took - elected for took, elected in runs]
-            print(f"kill -9 of partition 0's leader -> next ack: median "
-                  f"{statistics.median(times):.1f} s, max {max(times):.1f} s over {kills} "
-                  f"kill(s); floor: session timeout {SESSION_MS / 1000:.1f} s; from the new "
-                  f"leader's election to the ack: median {statistics.median(after):.2f} s, "
-                  f"max {max(after):.2f} s")
-        finally:
-            for appliance in fleet:
-                appliance.stop()
-            ensemble.close()
+    topics = [NewTopic("rf1", 6, 1), NewTopic("rf3", 6, 3, config={"min.insync.replicas": "2"})]
+    with tempfile.TemporaryDirectory() as tmp, running_fleet(Path(tmp), topics) as (
+            ensemble, fleet):
+        bootstrap = ",".join(a.bootstrap for a in fleet)
+        for topic in ("rf1", "rf3") if "acks" in sections else ():
+            rate = throughput(bootstrap, topic, count)
+            p50, p99 = latencies_ms(bootstrap, topic, samples)
+            print(f"acks=all {topic}: {rate:,.0f} msg/s ({count} x 200 B); "
+                  f"latency p50 {p50:.2f} ms, p99 {p99:.2f} ms ({samples} one at a time)")
+        zk = KazooClient(hosts=f"{ensemble.connect}{CHROOT}")
+        zk.start(timeout=10)
+        mb = args.catchup_mb or (64 if args.quick else 512)
+        after = dict(kv.split("=", 1) for kv in args.after.split(",") if kv)
+        variants = {"before": ({k: "" for k in after}, {PIPELINE_ENV: "0"}),
+                    "after": (after, {})}
+        rounds = args.rounds if "catchup" in sections else 0
+        for i in range(rounds):  # alternate: the machine's load swings
+            order = ("before", "after") if i % 2 == 0 else ("after", "before")
+            for name in (args.variant,) if args.variant else order[:args.variants]:
+                c = catch_up(fleet, zk, bootstrap, mb, f"catchup-{name}-{i}",
+                             variants[name], f"{args.profile.removesuffix('.data')}-{name}-{i}"
+                             + (".data" if args.profile.endswith(".data") else "")
+                             if args.profile else "")
+                print(f"follower catch-up ({name}, round {i + 1}): {c['rate'] / 1e6:,.0f} "
+                      f"MB/s over {c['bytes'] / 1e6:,.0f} MB; raw sendfile of the same "
+                      f"segment files into a file: {c['raw'] / 1e6:,.0f} MB/s (mean of "
+                      f"{c['raw_before'] / 1e6:,.0f} before and {c['raw_after'] / 1e6:,.0f} "
+                      f"after; ratio "
+                      f"{c['rate'] / c['raw']:.2f}); CPU s per 100 MB: follower "
+                      f"{c['follower_cpu']:.2f} (user {c['follower_user']:.2f}), leader "
+                      f"{c['leader_cpu']:.2f} (user {c['leader_user']:.2f}), raw loop "
+                      f"(both ends) {c['raw_cpu']:.2f}", flush=True)
+        if "failover" not in sections:
+            kills = 0
+        runs = [failover_s(fleet, zk, "rf3") for _ in range(kills)]
+        zk.stop()
+        if not runs:
+            return
+        times = [took for took, _ in runs]
+        after = [took - elected for took, elected in runs]
+        print(f"kill -9 of partition 0's leader -> next ack: median "
+              f"{statistics.median(times):.1f} s, max {max(times):.1f} s over {kills} "
+              f"kill(s); floor: session timeout {SESSION_MS / 1000:.1f} s; from the new "
+              f"leader's election to the ack: median {statistics.median(after):.2f} s, "
+              f"max {max(after):.2f} s")
 
 
 if __name__ == "__main__":
