@@ -14,6 +14,11 @@ APT_PACKAGES += debootstrap systemd-container
 # Spark 4 (tests/pipeline, the load in `make run`) needs Java 17 or 21; bookworm has 17
 JDK_PACKAGE := openjdk-17-jre-headless
 PYTEST_ARGS ?=
+# The suite mostly waits (on ZooKeeper sessions, elections, booted hosts), so it runs on
+# pytest-xdist workers: each test module whole on one worker (tests/conftest.py groups them);
+# TEST_WORKERS=0 runs everything in this one process
+TEST_WORKERS ?= 3
+XDIST := -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
 
 .PHONY: all run run-cluster test lint deps venv soak perf clean
 
@@ -51,8 +56,8 @@ lint: venv
 test: deps venv lint
 	$(PY) -c "from klog.protocol import records_codec as c; assert c.IMPLEMENTATION == 'C', c.FALLBACK_REASON"
 	$(PY) -c "from klog.producer import fast_send as s; assert s.IMPLEMENTATION == 'C', s.FALLBACK_REASON"
-	$(PY) -m pytest -q --durations=25 $(PYTEST_ARGS)
-	KLOG_PURE_PYTHON=1 $(PY) -m pytest -q -p no:cacheprovider tests/protocol tests/client
+	$(PY) -m pytest -q --durations=25 $(XDIST) $(PYTEST_ARGS)
+	KLOG_PURE_PYTHON=1 $(PY) -m pytest -q -p no:cacheprovider $(XDIST) tests/protocol tests/client
 
 run: deps venv
 	$(PY) -m klog_cli.main demo

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from xdist.scheduler import LoadScopeScheduling
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
@@ -28,29 +29,62 @@ def _stop_with_parent() -> None:
     ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
 
 
-def free_port() -> int:
+def _port_slice() -> range:
+    """The ports this test process hands out: a slice, of its own, of the ports below the
+    kernel's ephemeral range.
+
+    A port that is free when asked for is bound later by the appliance or ZooKeeper it is
+    for. Below the ephemeral range, no outgoing connection can take it meanwhile; a slice
+    per pytest-xdist worker keeps two test processes from handing out the same port."""
+    try:
+        first_ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range")
+                              .read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        first_ephemeral = 32768
+    low, high = 10000, min(first_ephemeral, 65536)
+    if high - low < 2000:
+        return range(0)  # an odd range: let the kernel choose, as a lone process may
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    index = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+    size = (high - low) // max(workers, 1)
+    return range(low + index * size, low + (index + 1) * size)
+
+
+_PORTS = _port_slice()
+_next_port = itertools.count(os.getpid() % max(len(_PORTS), 1))
+
+
+def _bindable(port: int) -> bool:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def free_ports(count: int) -> int:
     """A first port such that `count` consecutive ports are free (worker i uses port + i)."""
-    for _ in range(100):
-        first = free_port()
-        held = []
-        try:
-            for i in range(count):
-                s = socket.socket()
-                held.append(s)
-                s.bind(("127.0.0.1", first + i))
+    if not _PORTS:
+        for _ in range(100):
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                first = s.getsockname()[1]
+            if all(_bindable(first + i) for i in range(1, count)):
+                return first
+        raise RuntimeError(f"no {count} consecutive free ports")
+    for _ in range(len(_PORTS)):
+        first = _PORTS[next(_next_port) % (len(_PORTS) - count)]
+        if all(_bindable(first + i) for i in range(count)):
+            for _ in range(count - 1):
+                next(_next_port)  # the next call starts past this run of ports
             return first
-        except OSError:
-            continue
-        finally:
-            for s in held:
-                s.close()
-    raise RuntimeError(f"no {count} consecutive free ports")
+    raise RuntimeError(f"no {count} consecutive free ports in {_PORTS}")
+
+
+def free_port() -> int:
+    return free_ports(1)
 
 
 class Appliance:
@@ -252,3 +286,45 @@ def require_binary(name: str) -> str:
             pytest.fail(f"{name} is not installed; `make test` installs it")
         pytest.skip(f"{name} is not installed (make test installs it)")
     return path
+
+
+# Modules whose hosts have fixed names and addresses (kdep-* on 10.77.0.0/24, kflt-* on
+# 10.78.0.0/24), each module sweeping what an earlier run of its family left: under
+# pytest-xdist one worker runs each family's modules one after the other.
+_SERIAL_FAMILIES = ("tests/deploy/", "tests/faults/")
+
+
+def _work_unit(nodeid: str) -> str:
+    """What one pytest-xdist worker runs whole: a test module, or one of the families."""
+    path = nodeid.split("::", 1)[0]
+    for family in _SERIAL_FAMILIES:
+        if path.startswith(family):
+            return family
+    return path
+
+
+class _ModulesAndFamilies(LoadScopeScheduling):
+    """`make test`'s scheduler (pytest-xdist): a module runs whole on one worker, so its
+    module-scoped appliances and fleets start once, and each family above runs on one worker.
+    (The `xdist_group` mark would say the same, but pytest 9 renamed the node id attribute
+    that pytest-xdist 3.8 rewrites for it.)"""
+
+    def _split_scope(self, nodeid: str) -> str:
+        return _work_unit(nodeid)
+
+
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") == "loadscope":
+        return _ModulesAndFamilies(config, log)
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist the families, the longest work units, are queued first (with
+    `--no-loadscope-reorder` the queue keeps this order), so that they do not start last and
+    leave one worker running alone at the end."""
+    if not hasattr(config, "workerinput"):
+        return
+    families = {family: rank for rank, family in enumerate(_SERIAL_FAMILIES)}
+    items.sort(key=lambda item: families.get(_work_unit(item.nodeid), len(families)))

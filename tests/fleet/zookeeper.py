@@ -18,6 +18,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from tests.conftest import free_ports
+
 ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
 CONF_DIR = "/etc/zookeeper/conf"
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -35,19 +37,6 @@ def unavailable_reason() -> str | None:
 def _die_with_parent() -> None:
     """In the JVM's child before exec: a killed test run takes its ZooKeeper servers along."""
     ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-
-
-def _free_ports(count: int) -> list[int]:
-    held = []
-    try:
-        for _ in range(count):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            held.append(s)
-        return [s.getsockname()[1] for s in held]
-    finally:
-        for s in held:
-            s.close()
 
 
 def four_letter(port: int, word: bytes, timeout_s: float = 1.0, host: str = "127.0.0.1") -> str:
@@ -74,7 +63,8 @@ class Ensemble:
         self.workdir = Path(workdir)
         if hosts is None:
             self.hosts = ["127.0.0.1"] * servers
-            ports = _free_ports(3 * servers)
+            first = free_ports(3 * servers)
+            ports = list(range(first, first + 3 * servers))
         else:
             self.hosts = list(hosts)
             servers = len(hosts)
