@@ -411,6 +411,12 @@ class PartitionLog:
         if now_ms is not None:
             self._last_flush_ms = now_ms
 
+    @property
+    def flushes_on_policy(self) -> bool:
+        """Whether ``flush.messages`` or ``flush.ms`` is set: without either (Kafka's default),
+        ``flush_if_due`` is never true, and a timer need not ask."""
+        return self._flush_policy
+
     def flush_if_due(self, *, now_ms: int) -> bool:
         """Flush when ``flush.messages`` or ``flush.ms`` says so (also call it from a timer)."""
         if policy.flush_due(unflushed_messages=self._unflushed_messages, now_ms=now_ms,

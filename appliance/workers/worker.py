@@ -471,6 +471,8 @@ class Worker:
                 self.retry_unopened()
             self.partitions.remove_retired(now_ms=now_ms)  # logs moved away, delay over
             for partition in self.partitions:
+                if not partition.log.flushes_on_policy:
+                    continue  # the visit is all an idle partition still costs
                 try:
                     partition.log.flush_if_due(now_ms=now_ms)
                 except StorageError as exc:

@@ -276,6 +276,21 @@ def test_flush_ms(open_log):
     assert log.flush_if_due(now_ms=100) and log.recovery_point == 1
 
 
+def test_only_a_log_with_a_flush_setting_asks_the_timer(open_log):
+    """The worker's flush timer skips logs whose `flushes_on_policy` is false: at Kafka's
+    defaults no amount of records or time makes `flush_if_due` true, so the skip loses none."""
+    log = open_log(SMALL)
+    for i in range(3):
+        log.append(make_batch(), now_ms=i)
+    assert not log.flushes_on_policy
+    assert not log.flush_if_due(now_ms=2**62) and log.recovery_point == 0
+    log.reconfigure(dataclasses.replace(SMALL, flush_ms=100))
+    assert log.flushes_on_policy
+    assert log.flush_if_due(now_ms=2**62) and log.recovery_point == 3
+    log.reconfigure(SMALL)
+    assert not log.flushes_on_policy
+
+
 def test_segment_ms_rolls_by_age(open_log):
     log = open_log(dataclasses.replace(SMALL, segment_ms=100), now_ms=0)
     log.append(make_batch(), now_ms=0)
