@@ -11,6 +11,8 @@ the offsets partitions holds the same batches from the same log start."""
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import threading
 import time
 from pathlib import Path
@@ -367,6 +369,63 @@ def test_a_commit_without_enough_in_sync_replicas_is_retried_until_they_return(f
     consumer.close()
     wait_until(lambda: len(partition_state(zk, OFFSETS, target)["isr"]) == 3, 60,
                "the followers back in the ISR")
+
+
+def fetched_offset(port: int, group: str) -> int:
+    """The committed offset of partition 0 of TOPIC that OffsetFetch v5 answers, asked of one
+    node (-1: none)."""
+    client = RawClient(port)
+    try:
+        answer = client.call(offset_fetch, 5, group_id=group, topics=[
+            offset_fetch.OffsetFetchRequestTopic(name=TOPIC, partition_indexes=[0])])
+    finally:
+        client.close()
+    return answer.topics[0].partitions[0].committed_offset
+
+
+def test_offset_fetch_answers_a_commit_only_once_it_is_replicated(fleet, zk):
+    """A commit waits for its offsets partition's high watermark to pass it. Until then,
+    OffsetFetch answers the offset committed before: the commit may still fail, and a reader
+    that saw it would see the group's offset go back (Kafka: the coordinator's cache takes a
+    commit when its append completes). Both followers paused, briefly (within
+    replica.lag.time.max.ms and the session), hold the high watermark."""
+    target = 2
+    group = groups_on(target, "offsets-visible")
+    admin = AdminClient({"bootstrap.servers": fleet[0].bootstrap})
+    if TOPIC not in admin.list_topics(timeout=30).topics:  # alone, not after the tests above
+        admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3)])[TOPIC].result(30)
+    wait_until(lambda: find_coordinator(fleet[0].port, group)[0] == ErrorCode.NONE, 60,
+               "a coordinator (the offsets topic made)")
+    wait_until(lambda: len(partition_state(zk, OFFSETS, target)["isr"]) == 3, 60, "a full ISR")
+    home = appliance_of(fleet, partition_state(zk, OFFSETS, target)["leader"])
+    others = [a for a in fleet if a is not home]
+    wait_until(lambda: simple_commit(home.port, group, 5) == ErrorCode.NONE, 30,
+               "a first commit")
+    paused = [pid for a in others for pid in (a.process.pid, *a.pids().values()) if pid > 0]
+    outcome: list[ErrorCode] = []
+    committing = threading.Thread(
+        target=lambda: outcome.append(simple_commit(home.port, group, 9)), daemon=True)
+    answers = []
+    for pid in paused:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        committing.start()
+        until = time.monotonic() + 1.5
+        while committing.is_alive() and time.monotonic() < until:
+            answers.append(fetched_offset(home.port, group))
+        assert committing.is_alive(), f"the commit was answered {outcome} with both " \
+            "followers paused"
+    finally:
+        for pid in paused:
+            os.kill(pid, signal.SIGCONT)
+    assert answers and set(answers) == {5}, answers
+    committing.join(30)
+    # answered NONE once the followers caught up; if the host was too slow for its timeout,
+    # the commit failed and OffsetFetch must still answer the offset before it
+    assert outcome and fetched_offset(home.port, group) == (9 if outcome == [ErrorCode.NONE]
+                                                            else 5), outcome
+    wait_until(lambda: len(partition_state(zk, OFFSETS, target)["isr"]) == 3, 60,
+               "the followers in the ISR")
 
 
 def _commit_or_error(consumer, offsets):

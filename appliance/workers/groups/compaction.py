@@ -32,7 +32,7 @@ class Compaction(SnapshotCompaction):
         count = self.worker.control.topic(OFFSETS_TOPIC).partition_count
         mine = [g for g in coordinator.groups.values()
                 if partition_for(g.group_id, count) == partition]
-        offsets = {g.group_id: coordinator.offsets.get(g.group_id, {}) for g in mine}
+        offsets = {g.group_id: coordinator.restated(g.group_id) for g in mine}
         records = list(snapshot_records(mine, offsets))
         last = start - 1
         if records:

@@ -82,6 +82,11 @@ class GroupCoordinator:
             max_size=config.group_max_size)
         self.groups: dict[str, Group] = {}
         self.offsets: dict[str, dict[tuple[str, int], Committed]] = {}
+        # commits appended here, not yet committed (replicated): OffsetFetch must not see them
+        # (the commit may still fail, and a reader would see the offset go back), but a
+        # snapshot restates them, as it replaces their records. Group -> partition -> (the
+        # record's offset, the value) of the latest such commit.
+        self.in_flight: dict[str, dict[tuple[str, int], tuple[int, Committed]]] = {}
         self.pending = PendingOffsets()  # transactional offsets waiting for their marker
         # the partitions of __consumer_offsets served here
         self.loads = PartitionLoads(worker, OFFSETS_TOPIC, epoch_of=self.epoch_of,
@@ -213,6 +218,7 @@ class GroupCoordinator:
                 group.on_change = lambda group: None
                 group.kill()
             self.offsets.pop(group_id, None)
+            self.in_flight.pop(group_id, None)
         log.info("worker %d unloaded %s-%d: %d group(s)", self.worker.index, OFFSETS_TOPIC,
                  partition, len(mine))
 
@@ -224,6 +230,7 @@ class GroupCoordinator:
                 group.kill()
         self.groups.clear()
         self.offsets.clear()
+        self.in_flight.clear()
         self.pending = PendingOffsets()
 
     # -- writing ----------------------------------------------------------------------------
@@ -305,7 +312,9 @@ class GroupCoordinator:
                    for (topic, index), value in offsets.items()]
         last = self.append(partition, records)
         self.pending.supersede(group_id, offsets.keys())
-        self.offsets.setdefault(group_id, {}).update(offsets)
+        flying = self.in_flight.setdefault(group_id, {})
+        for key, value in offsets.items():
+            flying[key] = (last, value)
         if group_id not in self.groups:
             self.groups[group_id] = self._new_group(group_id)
         try:
@@ -313,6 +322,31 @@ class GroupCoordinator:
         except CoordinatorError as exc:
             log.warning("commit of group %r is not acknowledged: %s", group_id, exc)
             raise
+        else:  # commits settle in the order of their records (the high watermark's)
+            if partition in self.loads.loaded and group_id in self.groups:
+                self.offsets.setdefault(group_id, {}).update(offsets)
+        finally:
+            self._landed_or_failed(group_id, offsets, last)
+
+    def _landed_or_failed(self, group_id: str, offsets, last: int) -> None:
+        flying = self.in_flight.get(group_id)
+        if flying is None:
+            return  # unloaded or deleted meanwhile
+        for key in offsets:
+            if flying.get(key, (None,))[0] == last:  # no later commit of it is in flight
+                del flying[key]
+        if not flying:
+            del self.in_flight[group_id]
+
+    def restated(self, group_id: str) -> dict[tuple[str, int], Committed]:
+        """What a snapshot restates of a group's offsets: the committed ones, overlaid with
+        the commits still in flight (their records are before the snapshot's, which replaces
+        them)."""
+        committed = self.offsets.get(group_id, {})
+        flying = self.in_flight.get(group_id)
+        if not flying:
+            return committed
+        return {**committed, **{key: value for key, (_, value) in flying.items()}}
 
     async def commit_transactional(self, group_id: str, producer_id: int, producer_epoch: int,
                                    offsets: dict[tuple[str, int], Committed]) -> None:
@@ -379,6 +413,7 @@ class GroupCoordinator:
         last = self.append(partition, records)
         del self.groups[group_id]
         self.offsets.pop(group_id, None)
+        self.in_flight.pop(group_id, None)
         self.pending.drop_groups(lambda g: g == group_id)
         try:
             await self._committed(partition, last)
