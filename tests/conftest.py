@@ -75,7 +75,10 @@ def free_ports(count: int) -> int:
                 return first
         raise RuntimeError(f"no {count} consecutive free ports")
     for _ in range(len(_PORTS)):
-        first = _PORTS[next(_next_port) % (len(_PORTS) - count)]
+        index = next(_next_port) % len(_PORTS)
+        if index + count > len(_PORTS):
+            continue  # past the slice's end: wrap around
+        first = _PORTS[index]
         if all(_bindable(first + i) for i in range(count)):
             for _ in range(count - 1):
                 next(_next_port)  # the next call starts past this run of ports

@@ -288,8 +288,7 @@ def test_a_controlled_shutdown_waits_at_most_its_bound(fleet, zk, orders):
     """With the controller paused (its supervisor stopped, its session alive), nothing moves:
     an appliance told to stop waits controlled.shutdown.max.retries x retry.backoff.ms, says
     so, and stops anyway; told twice, it stops at once."""
-    controller = fleet[controller_and_epoch(zk)[0] - 1]
-    victim = next(a for a in fleet if a is not controller)
+    victim = next(a for a in fleet if a is not fleet[controller_and_epoch(zk)[0] - 1])
     with victim.config.open("a") as config:  # 2 x 1.5 s: well within the 6 s session
         config.write("controlled.shutdown.max.retries=2\n"
                      "controlled.shutdown.retry.backoff.ms=1500\n")
@@ -297,16 +296,28 @@ def test_a_controlled_shutdown_waits_at_most_its_bound(fleet, zk, orders):
     for twice in (False, True):
         victim.start(timeout_s=60)
         wait_until(lambda: in_sync(zk), 60, "the victim back in every ISR")
+        # the controller of now: a pause longer than its session would have moved it
+        controller = fleet[controller_and_epoch(zk)[0] - 1]
+        assert controller is not victim
         asked = victim.log_text().count("controlled shutdown: asking")
+        decided = "stop signal during the controlled shutdown" if twice else \
+            "controlled shutdown incomplete"
+        before = victim.log_text().count(decided)
         os.kill(controller.process.pid, signal.SIGSTOP)
         try:
+            victim.process.send_signal(signal.SIGTERM)
+            wait_until(lambda n=asked: victim.log_text().count(
+                "controlled shutdown: asking") > n, 30, "the controlled shutdown to begin")
             if twice:
                 victim.process.send_signal(signal.SIGTERM)
-                wait_until(lambda n=asked: victim.log_text().count(
-                    "controlled shutdown: asking") > n, 30, "the controlled shutdown to begin")
-            sigterm(victim)
+            # the controller runs again once the victim has given up on it: well within its
+            # session, however slowly the victim's workers finish afterwards
+            wait_until(lambda d=decided, n=before: victim.log_text().count(d) > n, 30,
+                       "the controlled shutdown to end")
         finally:
             os.kill(controller.process.pid, signal.SIGCONT)
+        assert victim.process.wait(60) == 0
+        victim.stop()
         text = victim.log_text()
         if not twice:
             assert re.search(r"controlled shutdown attempt 1 of 2: \d+ partition\(s\) still to "

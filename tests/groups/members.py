@@ -34,7 +34,9 @@ class MemberProcess:
     def events(self) -> list[dict]:
         if not self.out.exists():
             return []
-        return [orjson.loads(line) for line in self.out.read_bytes().splitlines() if line]
+        # the member may be writing a line right now: only lines it has ended are whole
+        whole = self.out.read_bytes().rpartition(b"\n")[0]
+        return [orjson.loads(line) for line in whole.splitlines() if line]
 
     def owned(self) -> set[int]:
         """What the member owns according to its last rebalance callback."""
