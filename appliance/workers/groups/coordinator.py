@@ -323,7 +323,7 @@ class GroupCoordinator:
             log.warning("commit of group %r is not acknowledged: %s", group_id, exc)
             raise
         else:  # commits settle in the order of their records (the high watermark's)
-            if partition in self.loads.loaded and group_id in self.groups:
+            if group_id in self.in_flight:  # not unloaded or deleted meanwhile
                 self.offsets.setdefault(group_id, {}).update(offsets)
         finally:
             self._landed_or_failed(group_id, offsets, last)
@@ -481,7 +481,7 @@ class GroupCoordinator:
             group.tick(now_ms)
             if group.state is GroupState.EMPTY and group.generation == 0 \
                     and not group.pending and not self.offsets.get(group_id) \
-                    and not self.unstable(group_id):
+                    and group_id not in self.in_flight and not self.unstable(group_id):
                 del self.groups[group_id]  # never used: nothing to remember
 
     # -- views ------------------------------------------------------------------------------
