@@ -95,7 +95,8 @@ class PartitionLog:
         self._recovery_point = self._log_end_offset if recovery_point is None else recovery_point
         self._unflushed_messages = 0
         self._last_flush_ms = now_ms
-        self._flush_policy = config.flush_messages < LONG_MAX or config.flush_ms < LONG_MAX
+        # without flush.messages or flush.ms (Kafka's defaults) the worker's timer skips it
+        self.flushes_on_policy = config.flush_messages < LONG_MAX or config.flush_ms < LONG_MAX
         self._closed = False
         # Replication holds the high watermark back (leader: until the ISR has the records;
         # follower: until its leader says so); alone, it follows the log end.
@@ -242,7 +243,7 @@ class PartitionLog:
         """Take new settings (AlterConfigs, a broker default changed): appends, rolls,
         retention and the cleaner read them from now on; sealed segments stay as they are."""
         self.config = config
-        self._flush_policy = config.flush_messages < LONG_MAX or config.flush_ms < LONG_MAX
+        self.flushes_on_policy = config.flush_messages < LONG_MAX or config.flush_ms < LONG_MAX
 
     def append(self, records, *, now_ms: int, leader_epoch: int | None = None,
                assign_offsets: bool = True) -> AppendInfo:
@@ -305,7 +306,7 @@ class PartitionLog:
         if assign_offsets and not self.hold_high_watermark:
             self._high_watermark = self._log_end_offset
         self._unflushed_messages += record_count
-        if self._flush_policy:
+        if self.flushes_on_policy:
             self.flush_if_due(now_ms=now_ms)
         return AppendInfo(first, self._log_end_offset - 1,
                           -1 if append_time is None else append_time,
@@ -410,12 +411,6 @@ class PartitionLog:
         self._unflushed_messages = 0
         if now_ms is not None:
             self._last_flush_ms = now_ms
-
-    @property
-    def flushes_on_policy(self) -> bool:
-        """Whether ``flush.messages`` or ``flush.ms`` is set: without either (Kafka's default),
-        ``flush_if_due`` is never true, and a timer need not ask."""
-        return self._flush_policy
 
     def flush_if_due(self, *, now_ms: int) -> bool:
         """Flush when ``flush.messages`` or ``flush.ms`` says so (also call it from a timer)."""
