@@ -472,7 +472,7 @@ class Worker:
             self.partitions.remove_retired(now_ms=now_ms)  # logs moved away, delay over
             for partition in self.partitions:
                 if not partition.log.flushes_on_policy:
-                    continue  # the visit is all an idle partition still costs
+                    continue  # flush_if_due could never be true for it
                 try:
                     partition.log.flush_if_due(now_ms=now_ms)
                 except StorageError as exc:
