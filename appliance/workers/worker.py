@@ -470,9 +470,7 @@ class Worker:
                 next_retry = time.monotonic() + UNOPENED_RETRY_S
                 self.retry_unopened()
             self.partitions.remove_retired(now_ms=now_ms)  # logs moved away, delay over
-            for partition in self.partitions:
-                if not partition.log.flushes_on_policy:
-                    continue  # flush_if_due could never be true for it
+            for partition in self.partitions.flushing():  # none at Kafka's defaults
                 try:
                     partition.log.flush_if_due(now_ms=now_ms)
                 except StorageError as exc:

@@ -315,3 +315,42 @@ def test_a_replica_asked_into_the_isr_holds_the_high_watermark_until_answered(tm
             partition.close()
             committer.close()
     run(scenario())
+
+
+def test_the_flush_timer_asks_only_the_logs_with_a_flush_setting(tmp_path):
+    """`LocalReplicas.flushing()` is what the worker's flush timer walks ten times a second:
+    the partitions whose logs have flush.messages or flush.ms, kept up to date as topics
+    open, change their configs (AlterConfigs, the broker's defaults) and go."""
+    import dataclasses
+    committer = GroupCommitter()
+    context = ReplicaContext(node_id=ME, worker_index=0, log_dir=tmp_path, control=Control(),
+                             publisher=Publications(), waiters=AppendWaiters(),
+                             committer=committer)
+    manager = ReplicaManager(context, LogConfig(segment_bytes=1 << 20))
+    replicas = manager.replicas
+    plain, flushed = TopicInfo("plain", owners=(0, 0)), \
+        TopicInfo("flushed", owners=(0, 0), configs={"flush.ms": "100"})
+
+    def keys():
+        return sorted(p.key for p in replicas.flushing())
+
+    try:
+        replicas.open_topic(plain, now_ms=0)
+        assert keys() == []  # Kafka's defaults: nothing to walk
+        replicas.open_topic(flushed, now_ms=0)
+        assert keys() == [("flushed", 0), ("flushed", 1)]
+        assert replicas.flushing()[0].log.flush_if_due(now_ms=0) is False  # nothing written
+        replicas.open_topic(dataclasses.replace(plain, configs={"flush.messages": "1"}),
+                            now_ms=0)  # AlterConfigs of a topic held here
+        assert keys() == [("flushed", 0), ("flushed", 1), ("plain", 0), ("plain", 1)]
+        replicas.open_topic(plain, now_ms=0)  # and back
+        assert keys() == [("flushed", 0), ("flushed", 1)]
+        replicas.defaults = LogConfig(segment_bytes=1 << 20, flush_ms=50)  # SIGHUP's defaults
+        replicas.reconfigure([plain, flushed])
+        assert keys() == [("flushed", 0), ("flushed", 1), ("plain", 0), ("plain", 1)]
+        replicas.close_topic("flushed", delete=True)
+        assert keys() == [("plain", 0), ("plain", 1)]
+    finally:
+        replicas.close()
+        committer.close()
+    assert keys() == []

@@ -47,6 +47,7 @@ class LocalReplicas:
         self.defaults = defaults  # the broker's log defaults (a SIGHUP may change them)
         self._ask_isr = ask_isr
         self._held: dict[tuple[str, int], Partition] = {}
+        self._flushing: list[Partition] | None = None  # see flushing(); None: to compute
         self._retired: list[tuple[int, PartitionLog]] = []  # (remove at ms, log): moved away
         self.unopened: dict[tuple[str, int], str] = {}  # owned, out of descriptors: why
 
@@ -58,6 +59,15 @@ class LocalReplicas:
 
     def get(self, topic: str, index: int) -> Partition | None:
         return self._held.get((topic, index))
+
+    def flushing(self) -> list[Partition]:
+        """The partitions whose logs have flush.messages or flush.ms: the only ones the
+        worker's flush timer asks, ten times a second. None at Kafka's defaults, where a walk
+        of every partition was most of what an idle worker cost. Kept until a partition opens
+        or goes, or a log's config changes."""
+        if self._flushing is None:
+            self._flushing = [p for p in self._held.values() if p.log.flushes_on_policy]
+        return self._flushing
 
     def open_topic(self, info: TopicInfo, *, now_ms: int) -> None:
         """Open (or create) the logs of the topic's partitions that this worker holds; those
@@ -71,6 +81,7 @@ class LocalReplicas:
             held = self._held.get(key)
             if held is not None and held.log.config != config:
                 held.log.reconfigure(config)  # its configs changed (AlterConfigs)
+                self._flushing = None
             if owner != self.context.worker_index or held is not None:
                 continue
             if room - 1 < RESERVED_DESCRIPTORS:
@@ -88,6 +99,7 @@ class LocalReplicas:
                 refused += self._not_opened(key, str(exc), refused)
                 continue
             try:
+                self._flushing = None
                 self._held[key] = Partition(info.name, index, plog, self.context,
                                             ask_isr=self._ask_isr)
             except StorageError as exc:
@@ -129,12 +141,14 @@ class LocalReplicas:
             for key, partition in self._held.items():
                 if key[0] == info.name and partition.log.config != config:
                     partition.log.reconfigure(config)
+                    self._flushing = None
 
     def close_topic(self, name: str, *, delete: bool) -> None:
         for key in [k for k in self.unopened if k[0] == name]:
             del self.unopened[key]
         for key in [k for k in self._held if k[0] == name]:
             self._held.pop(key).close(delete=delete)
+            self._flushing = None
 
     def delete_moved(self, info: TopicInfo, *, now_ms: int) -> list[int]:
         """Delete the logs of the topic's partitions this worker no longer holds: a
@@ -148,6 +162,7 @@ class LocalReplicas:
                  (key[1] >= len(info.owners) or info.owners[key[1]] != worker_index)]
         for key in moved:
             plog = self._held.pop(key).log
+            self._flushing = None
             aside = f"{plog.directory}.{uuid.uuid4().hex}{DELETE_SUFFIX}"
             try:
                 os.rename(plog.directory, aside)
@@ -186,4 +201,5 @@ class LocalReplicas:
         for partition in self._held.values():
             partition.close()
         self._held.clear()
+        self._flushing = None
         self.remove_retired()
