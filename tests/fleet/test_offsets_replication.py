@@ -24,7 +24,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from appliance.segments.layout import log_start_on_disk
 from appliance.workers.groups.offsets_log import partition_for
 from klog.protocol.apis import find_coordinator as find_coordinator_api
-from klog.protocol.apis import offset_commit, offset_fetch
+from klog.protocol.apis import list_groups, offset_commit, offset_fetch
 from klog.protocol.error_codes import ErrorCode
 from tests.fleet.harness import (
     SESSION_MS,
@@ -383,14 +383,26 @@ def fetched_offset(port: int, group: str) -> int:
     return answer.topics[0].partitions[0].committed_offset
 
 
+def listed_groups(port: int) -> set[str]:
+    """The group ids ListGroups v2 answers, asked of one node."""
+    client = RawClient(port)
+    try:
+        return {g.group_id for g in client.call(list_groups, 2).groups}
+    finally:
+        client.close()
+
+
 def test_offset_fetch_answers_a_commit_only_once_it_is_replicated(fleet, zk):
     """A commit waits for its offsets partition's high watermark to pass it. Until then,
     OffsetFetch answers the offset committed before: the commit may still fail, and a reader
     that saw it would see the group's offset go back (Kafka: the coordinator's cache takes a
     commit when its append completes). Both followers paused, briefly (within
-    replica.lag.time.max.ms and the session), hold the high watermark."""
+    replica.lag.time.max.ms and the session), hold the high watermark. A new group's first
+    commit waits meanwhile too: the coordinator's sweep (every 0.1 s) must not take the group
+    for one never used, or its offset would be lost once the commit lands."""
     target = 2
     group = groups_on(target, "offsets-visible")
+    fresh = groups_on(target, "offsets-fresh")
     admin = AdminClient({"bootstrap.servers": fleet[0].bootstrap})
     if TOPIC not in admin.list_topics(timeout=30).topics:  # alone, not after the tests above
         admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3)])[TOPIC].result(30)
@@ -405,11 +417,15 @@ def test_offset_fetch_answers_a_commit_only_once_it_is_replicated(fleet, zk):
     outcome: list[ErrorCode] = []
     committing = threading.Thread(
         target=lambda: outcome.append(simple_commit(home.port, group, 9)), daemon=True)
+    first: list[ErrorCode] = []
+    first_committing = threading.Thread(
+        target=lambda: first.append(simple_commit(home.port, fresh, 9)), daemon=True)
     answers = []
     for pid in paused:
         os.kill(pid, signal.SIGSTOP)
     try:
         committing.start()
+        first_committing.start()
         until = time.monotonic() + 1.5
         while committing.is_alive() and time.monotonic() < until:
             answers.append(fetched_offset(home.port, group))
@@ -420,10 +436,15 @@ def test_offset_fetch_answers_a_commit_only_once_it_is_replicated(fleet, zk):
             os.kill(pid, signal.SIGCONT)
     assert answers and set(answers) == {5}, answers
     committing.join(30)
+    first_committing.join(30)
     # answered NONE once the followers caught up; if the host was too slow for its timeout,
     # the commit failed and OffsetFetch must still answer the offset before it
     assert outcome and fetched_offset(home.port, group) == (9 if outcome == [ErrorCode.NONE]
                                                             else 5), outcome
+    assert first and fetched_offset(home.port, fresh) == (9 if first == [ErrorCode.NONE]
+                                                          else -1), first
+    if first == [ErrorCode.NONE]:  # a group the coordinator keeps (and a snapshot restates)
+        assert fresh in listed_groups(home.port)
     wait_until(lambda: len(partition_state(zk, OFFSETS, target)["isr"]) == 3, 60,
                "the followers in the ISR")
 
