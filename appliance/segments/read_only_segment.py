@@ -2,7 +2,8 @@
 
 A :class:`ReadOnlySegment` looks to :mod:`lookup` like a
 :class:`~appliance.segments.segment.LogSegment` (``index``, ``time_index``, ``headers``,
-``size``, ``read_bytes``), so a reader runs the owner's own lookups and gets the owner's answers.
+``tail_batch``, ``size``, ``read_bytes``), so a reader runs the owner's own lookups and gets
+the owner's answers.
 It holds ``O_RDONLY`` descriptors and never writes. Its ``size`` is set by the reader before each
 use: the published ``active_bytes`` for the active segment, the file's size for a sealed one.
 
@@ -196,6 +197,10 @@ class ReadOnlySegment:
 
     def read_bytes(self, position: int, length: int) -> bytes:
         return os.pread(self.fd, length, position)
+
+    def tail_batch(self, offset: int) -> None:
+        """Never known here: the owner appends, in another process (its hints stand in)."""
+        return None
 
     def without_index(self) -> ReadOnlySegment:
         """This segment with lookups that ignore the index (after an IndexMismatchError)."""

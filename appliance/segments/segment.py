@@ -99,6 +99,7 @@ class LogSegment:
         self._capacity = 0  # bytes preallocated while active
         self._bytes_since_index = 0
         self._index_interval = config.index_interval_bytes
+        self._tail = None  # (position, base offset, last offset) of the batch appended last
         index_path = segment_path(directory, base_offset, INDEX_SUFFIX) + name_suffix
         time_index_path = segment_path(directory, base_offset, TIME_INDEX_SUFFIX) + name_suffix
         self.index_missing = not os.path.exists(index_path)
@@ -261,6 +262,9 @@ class LogSegment:
             faults.point("segment.after_write")
         self.size = pos + n
         self.next_offset = offset
+        if spans:
+            rel, _, delta, _ = spans[-1]
+            self._tail = (pos + rel, offset - 1 - delta, offset - 1)
 
     def _append_at(self, data: memoryview, spans: list, base_offsets: list[int]) -> None:
         """Batches whose base offsets are already right, written as they are (no patch)."""
@@ -274,6 +278,8 @@ class LogSegment:
             self._track(pos + rel, offset - 1, max_ts, size)
         self.size = pos + n
         self.next_offset = offset
+        if spans:
+            self._tail = (pos + spans[-1][0], base_offsets[-1], offset - 1)
 
     def append_cleaned(self, data, batches: list) -> None:
         """The log cleaner's write: whole batches with their original offsets (``batches``:
@@ -335,6 +341,28 @@ class LogSegment:
 
     # -- reading ----------------------------------------------------------------------------
 
+    def tail_batch(self, offset: int) -> tuple[int, rb.BatchHeader] | None:
+        """(position, header) of the batch appended last when it holds ``offset``, else None.
+
+        Why: a follower in sync, and a consumer at the tail, fetch exactly the batch that was
+        just appended, and finding it through the index (a binary search, then a scan of the
+        headers from the entry, up to ``index.interval.bytes`` of small batches) was most of
+        a leader's read for them. The header is read from the file and must still be the last
+        batch, with the offsets remembered; anything else (a truncation, a repair) answers
+        None and the caller looks it up the usual way."""
+        tail = self._tail
+        if tail is None or not tail[1] <= offset <= tail[2]:
+            return None
+        position = tail[0]
+        data = os.pread(self.fd, rb.HEADER_BYTES, position)
+        if len(data) < rb.HEADER_BYTES:
+            return None
+        header = rb.BatchHeader._make(rb.HEADER.unpack_from(data))
+        if (header.magic != rb.MAGIC or header.base_offset != tail[1]
+                or header.last_offset != tail[2] or position + header.size != self.size):
+            return None
+        return position, header
+
     def headers(self, start: int, end: int):
         """Yield ``(position, BatchHeader)`` for the batches in ``[start, end)``, reading only
         headers (see :func:`read_headers`). Raises CorruptRecordError when a header is
@@ -355,6 +383,7 @@ class LogSegment:
         """Cut the file at ``size``: ftruncate, and re-preallocate when active so the rest is
         zeros (an old batch left there could otherwise come back after a crash)."""
         self.size = size
+        self._tail = None
         os.ftruncate(self.fd, size)
         if self.active:
             os.posix_fallocate(self.fd, 0, self._capacity)
