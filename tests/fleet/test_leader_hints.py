@@ -64,6 +64,11 @@ def topic(fleet, zk):
     admin = AdminClient({"bootstrap.servers": fleet[0].bootstrap})
     admin.create_topics([NewTopic(TOPIC, 1, 3)])[TOPIC].result(timeout=30)
     wait_until(lambda: len(partition_state(zk, TOPIC, 0)["isr"]) == 3, 30, "a full ISR")
+    # a hint is the leader a worker's view of the topic names, which the fleet's broadcast
+    # updates; a full ISR in ZooKeeper may come first on a busy host (it answered -1 once)
+    state = partition_state(zk, TOPIC, 0)
+    wait_until(lambda: all(leader_and_epoch_seen_by(a) == (state["leader"], state["leader_epoch"])
+                           for a in fleet), 30, "every appliance's view of the leader")
     return TOPIC
 
 
@@ -177,9 +182,16 @@ def test_producers_follow_a_moved_leader(fleet, zk, topic):
 
 
 def leader_seen_by(appliance) -> int:
+    return leader_and_epoch_seen_by(appliance)[0]
+
+
+def leader_and_epoch_seen_by(appliance) -> tuple[int, int]:
     answer = call(appliance, metadata, 8, metadata.Request(
         topics=[metadata.MetadataRequestTopic(name=TOPIC)], allow_auto_topic_creation=False))
-    return answer.topics[0].partitions[0].leader_id
+    partitions = answer.topics[0].partitions
+    if not partitions:
+        return -1, -1
+    return partitions[0].leader_id, partitions[0].leader_epoch
 
 
 def test_departed_nodes_are_listed_for_the_grace_only(monkeypatch):
