@@ -115,7 +115,21 @@ def assert_compacted_view(got: list[Record], written: dict[int, Record]) -> None
     offsets = [r[0] for r in got]
     assert offsets == sorted(set(offsets)), "offsets out of order or repeated"
     for record in got:
-        assert written.get(record[0]) == record, record
+        if written.get(record[0]) != record:
+            raise AssertionError(_not_written(record, got, written))
+
+
+def _not_written(record: Record, got: list[Record], written: dict[int, Record]) -> str:
+    """What a reader needs when a record read is not the one acknowledged at its offset:
+    what was acknowledged there, where else this record was acknowledged (a retry appended
+    twice), and the neighbourhood on both sides."""
+    offset = record[0]
+    elsewhere = sorted(o for o, r in written.items() if r[1:] == record[1:] and o != offset)
+    near = [o for o in sorted(written) if abs(o - offset) <= 5]
+    read_near = [r for r in got if abs(r[0] - offset) <= 5]
+    return (f"read {record}; acknowledged at {offset}: {written.get(offset)}; the same key "
+            f"and value acknowledged at {elsewhere[:5]}; acknowledged offsets near it: {near}; "
+            f"read near it: {read_near}; {len(written)} acknowledged up to {max(written)}")
 
 
 def latest_by_key(written: dict[int, Record]) -> dict[bytes, Record]:
