@@ -73,9 +73,9 @@ class SteadyProducer(threading.Thread):
             n += 1
         self.producer.flush(60)
 
-    def await_reports(self, sent: int, timeout: float = 60) -> None:
-        """Until the first `sent` messages have their delivery reports (message.timeout.ms
-        bounds it)."""
+    def await_reports(self, sent: int, timeout: float = 90) -> None:
+        """Until the first `sent` messages have their delivery reports (within
+        message.timeout.ms of being sent each has one, if only an error)."""
         deadline = time.monotonic() + timeout
         while self.reported < sent:
             assert time.monotonic() < deadline, (

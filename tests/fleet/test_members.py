@@ -148,8 +148,28 @@ def test_an_expired_member_registers_again_on_its_new_session(fleet, ensemble):
     member = fleet[3]
     watcher = fleet[1]
     before = member.session.session_id
+    path = znodes.broker_path(300)
+    _, registered = member.session.call("get", path)
+    assert registered.ephemeralOwner == before
     expire(member, ensemble)
-    assert watcher.wait_for(lambda s: 300 not in s.brokers, 20)  # its ephemerals went
+    # its ephemeral went with the old session and was made again on the new one (a znode
+    # made later has a later czxid). A watcher need not see the moment between: the member
+    # registers again within milliseconds, and a watch fires once, then reads what is there
+    # by then, so waiting for one to see the broker gone failed when it came back first.
+    looker = KazooClient(hosts=ensemble.connect + member.session.client.chroot)
+    looker.start(timeout=10)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            stat = looker.exists(path)
+            if stat is not None and stat.czxid > registered.czxid:
+                break
+            assert time.monotonic() < deadline, f"{path} was not made again: {stat}"
+            time.sleep(0.05)
+    finally:
+        looker.stop()
+        looker.close()
+    assert stat.ephemeralOwner not in (0, before)
     assert watcher.wait_for(lambda s: {300, 301} <= set(s.brokers) and 3 in s.appliances, 30)
     assert member.session.session_id != before
     data, stat = member.session.call("get", znodes.broker_path(300))
