@@ -15,6 +15,7 @@ from cluster.member import ClusterMember
 from cluster.placement import appliance_of
 from cluster.session import BadVersionError, Session
 from klog.protocol.error_codes import ErrorCode
+from tests.polling import wait_until
 
 SESSION_MS = 4000
 _chroots = itertools.count()
@@ -159,13 +160,9 @@ def test_an_expired_member_registers_again_on_its_new_session(fleet, ensemble):
     looker = KazooClient(hosts=ensemble.connect + member.session.client.chroot)
     looker.start(timeout=10)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            stat = looker.exists(path)
-            if stat is not None and stat.czxid > registered.czxid:
-                break
-            assert time.monotonic() < deadline, f"{path} was not made again: {stat}"
-            time.sleep(0.05)
+        stat = wait_until(lambda: (made := looker.exists(path)) is not None
+                          and made.czxid > registered.czxid and made, 30,
+                          f"{path} made again", interval_s=0.05)
     finally:
         looker.stop()
         looker.close()
