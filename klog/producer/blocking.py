@@ -88,10 +88,12 @@ class Producer(TransactionalCalls):
         if self._core.transactions is not None:  # the plain send path stays as it is
             self.send = self._checked(self.send)  # type: ignore[method-assign]
             self.send_batch = self._checked(self.send_batch)  # type: ignore[method-assign]
-        # send(topic, value) compiled where it only appends (fast_send.py); None: Python's
-        self._fast_send = compiled_send(self, self.send)
+        # send(topic, value) and send_batch(topic, values) compiled where they only append
+        # (fast_send.py); None: Python's
+        self._fast_send = compiled_send(self, self.send, slow_batch=self.send_batch)
         if self._fast_send is not None:
             self.send = self._fast_send.send  # type: ignore[method-assign]
+            self.send_batch = self._fast_send.send_batch  # type: ignore[method-assign]
         self._thread.start()
 
     def __enter__(self) -> Producer:

@@ -1,12 +1,14 @@
 """Which send() a Producer gets: the compiled one for its commonest call, or the Python one.
 
 ``klog.producer._sendc`` (C, built by ``setup.py`` during ``pip install``, optional) handles
-``send(topic, value)`` with a bytes value to a topic whose sticky batch is open and has room,
-and hands every other call to the Python ``Producer.send`` unchanged (its module docstring says
-exactly which). It is used only where the Python path would do nothing more than append: no
-value or key serializer, no transactions (their checks wrap send). The Python path stays the
-reference: ``KLOG_PURE_PYTHON=1`` (any value but empty or ``0``) keeps it alone, as it does
-for the records codec; ``tests/client/test_fast_send.py`` checks that both store the same.
+``send(topic, value)`` with a bytes value, and the blocking producer's ``send_batch(topic,
+values)`` with bytes values, to a topic whose sticky batch is open and has room, and hands
+every other call to the Python ``Producer.send`` / ``send_batch`` unchanged (its module
+docstring says exactly which). It is used only where the Python path would do nothing more
+than append: no value or key serializer, no transactions (their checks wrap send). The
+Python path stays the reference: ``KLOG_PURE_PYTHON=1`` (any value but empty or ``0``) keeps
+it alone, as it does for the records codec; ``tests/client/test_fast_send.py`` checks that
+both store the same.
 """
 
 from __future__ import annotations
@@ -40,9 +42,11 @@ def _bytes_total(values) -> int | None:
 bytes_total = _bytes_total if _sendc is None else _sendc.bytes_total
 
 
-def compiled_send(producer, slow, lock=None, future_type=None):
+def compiled_send(producer, slow, lock=None, future_type=None, slow_batch=None):
     """The compiled send bound to `producer`'s state (its `disable()` for close), or None
-    where the Python `slow` send must serve every call.
+    where the Python `slow` send must serve every call. With `slow_batch` (the Python
+    send_batch) its ``send_batch`` serves ``send_batch(topic, values)`` too, returning a
+    FutureRecordMetadataList.
 
     `lock` is the one every append takes (the blocking producer's own by default; the
     asyncio producer, whose appends all run on its loop's thread, passes one of its own), and
@@ -56,7 +60,7 @@ def compiled_send(producer, slow, lock=None, future_type=None):
         return None
     from klog.producer.accumulator import RECORD_OVERHEAD
     from klog.producer.batch import ProducerBatch
-    from klog.producer.futures import FutureRecordMetadata
+    from klog.producer.futures import FutureRecordMetadata, FutureRecordMetadataList
     accumulator = core.accumulator
     return _sendc.FastSend(
         slow=slow, lock=producer._lock if lock is None else lock, sticky=accumulator._sticky,
@@ -65,4 +69,5 @@ def compiled_send(producer, slow, lock=None, future_type=None):
         batch_type=ProducerBatch,
         batch_size=accumulator.batch_size,
         max_request_size=core._max_request_size, buffer_memory=core._buffer_memory,
-        overhead=RECORD_OVERHEAD)
+        overhead=RECORD_OVERHEAD,
+        slow_batch=slow_batch, list_type=FutureRecordMetadataList)

@@ -1,12 +1,13 @@
-"""The producer's compiled send() (klog/producer/_sendc.c, chosen by fast_send.py) against a
-real appliance, beside the Python send it stands in for.
+"""The producer's compiled send() and send_batch() (klog/producer/_sendc.c, chosen by
+fast_send.py) against a real appliance, beside the Python calls they stand in for.
 
-It handles ``send(topic, bytes)`` to an open sticky batch and hands everything else to the
-Python path; these tests mix both kinds of call, from several threads, and read back what the
-appliance stored: the same records, in the order each thread sent them, acknowledged once. The
-same sequence run with ``KLOG_PURE_PYTHON=1`` (the Python path alone) stores the same records.
-A send() kept from before close() fails as the Python one does. Under ``KLOG_PURE_PYTHON=1``
-(make test's second pass) the compiled path is off, and the tests that need it skip.
+They handle ``send(topic, bytes)`` and ``send_batch(topic, [bytes, ...])`` to an open sticky
+batch and hand everything else to the Python path; these tests mix both kinds of call, from
+several threads, and read back what the appliance stored: the same records, in the order each
+thread sent them, acknowledged once. The same sequence run with ``KLOG_PURE_PYTHON=1`` (the
+Python path alone) stores the same records. A send() or send_batch() kept from before close()
+fails as the Python one does. Under ``KLOG_PURE_PYTHON=1`` (make test's second pass) the
+compiled path is off, and the tests that need it skip.
 """
 
 from __future__ import annotations
@@ -51,6 +52,47 @@ def mixed_sends(producer: klog.Producer, topic: str, tag: bytes, count: int) -> 
     return futures
 
 
+def mixed_batches(producer: klog.Producer, topic: str, tag: bytes, count: int) -> list:
+    """send_batch calls of every shape, in a fixed order, and what each returned: mostly
+    the compiled path's (lists of bytes), and each shape it hands on (a tuple, a key, a
+    partition, a None or a bytearray among the values, keyword arguments, an empty list),
+    single sends between them, and a list the caller changes after the call."""
+    handles = []
+    for i in range(count):
+        values = [b"%s-%05d-%d" % (tag, i, j) for j in range(1 + i % 7)]
+        shape = i % 20
+        if shape == 3:
+            handles.append(producer.send_batch(topic, tuple(values)))
+        elif shape == 5:
+            handles.append(producer.send_batch(topic, values, key=b"k%d" % i))
+        elif shape == 7:
+            handles.append(producer.send(topic, values[0]))
+        elif shape == 9:
+            handles.append(producer.send_batch(topic, values + [None, bytearray(b"ba")]))
+        elif shape == 11:
+            handles.append(producer.send_batch(topic, values))
+            values[0] = b"changed after the call"  # the call kept its own copy
+            values.append(b"appended after the call")
+        elif shape == 13:
+            handles.append(producer.send_batch(topic, values=values))
+        elif shape == 15:
+            handles.append(producer.send_batch(topic, []))
+        elif shape == 17:
+            handles.append(producer.send_batch(topic, values, partition=0))
+        else:
+            handles.append(producer.send_batch(topic, values))
+    return handles
+
+
+def batches_count(count: int) -> int:
+    """How many records ``mixed_batches`` sends."""
+    total = 0
+    for i in range(count):
+        shape = i % 20
+        total += 0 if shape == 15 else 1 if shape == 7 else 1 + i % 7 + (2 if shape == 9 else 0)
+    return total
+
+
 def stored(bootstrap: str, topic: str, count: int) -> list[tuple]:
     records = read_all(bootstrap, topic, count)
     return [(r.offset, r.key, r.value, tuple(r.headers or ())) for r in records]
@@ -87,6 +129,47 @@ def test_compiled_and_python_sends_store_the_same_records(broker, topic_factory)
     assert done.returncode == 0, done.stderr
     assert stored(broker.bootstrap, pure_topic, expected_count(count)) == ours
     assert [offset for offset, *_ in ours] == list(range(expected_count(count)))
+
+
+@compiled
+@pytest.mark.parametrize("batch_size", [4096, None])
+def test_compiled_and_python_send_batch_store_the_same_records(broker, topic_factory,
+                                                                batch_size):
+    """With 4 KiB batches many calls do not fit the open batch and go to the Python path,
+    which splits them; at the default every call of bytes fits and the compiled one takes
+    it. Every handle gives each record's offset; the stored records are those of the same
+    calls made with the Python path alone."""
+    topic = topic_factory(1)
+    count = 2_000
+    sizes = {} if batch_size is None else {"batch_size": batch_size}
+    with klog.Producer(bootstrap_servers=broker.bootstrap, linger_ms=2, **sizes) as producer:
+        handles = mixed_batches(producer, topic, b"b", count)
+        producer.flush(30)
+        taken, passed = producer._fast_send.batch_counts()
+        offsets = []
+        for handle in handles:
+            result = handle.result(30)
+            offsets.extend(m.offset for m in (result if isinstance(result, list) else [result]))
+        assert producer.statistics()["buffered_bytes"] == 0
+    total = batches_count(count)
+    assert offsets == list(range(total))  # each record's handle names its own offset
+    assert taken > count // 2 and passed >= count * 5 // 20  # both paths served calls
+    ours = stored(broker.bootstrap, topic, total)
+    assert b"changed after the call" not in {value for _, _, value, _ in ours}
+
+    pure_topic = topic_factory(1)
+    script = (
+        "import klog\n"
+        "from tests.client.test_fast_send import mixed_batches\n"
+        f"p = klog.Producer(bootstrap_servers={broker.bootstrap!r}, linger_ms=2, **{sizes!r})\n"
+        "assert p._fast_send is None\n"
+        f"mixed_batches(p, {pure_topic!r}, b'b', {count})\n"
+        "p.close(30)\n")
+    env = dict(os.environ, KLOG_PURE_PYTHON="1")
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert stored(broker.bootstrap, pure_topic, total) == ours
 
 
 @compiled
@@ -137,6 +220,23 @@ def test_a_send_kept_from_before_close_fails_as_the_python_one(broker, topic_fac
     with pytest.raises(ClosedError):
         send(topic, b"after")
     assert [r.value for r in read_all(broker.bootstrap, topic, 2)] == [b"before", b"open batch"]
+
+
+@compiled
+def test_a_send_batch_kept_from_before_close_fails_as_the_python_one(broker, topic_factory):
+    topic = topic_factory(1)
+    producer = klog.Producer(bootstrap_servers=broker.bootstrap)
+    send_batch = producer.send_batch
+    send_batch(topic, [b"before"]).result(30)
+    producer.send(topic, b"open batch")
+    handle = send_batch(topic, [b"one", b"two"])  # to the open batch: the compiled path
+    assert producer._fast_send.batch_counts()[0] >= 1
+    producer.close(30)
+    assert [m.offset for m in handle.result(0)] == [2, 3]
+    with pytest.raises(ClosedError):
+        send_batch(topic, [b"after"])
+    assert [r.value for r in read_all(broker.bootstrap, topic, 4)] == \
+        [b"before", b"open batch", b"one", b"two"]
 
 
 def test_the_python_path_alone_under_klog_pure_python(broker, topic_factory):
