@@ -105,40 +105,76 @@ as_size(PyObject *v)
 /* 1: appended, *out is the future; 0: not this path's case; -1: error set. Called with the
  * lock held. Every object is made before anything changes, so an allocation that fails (or
  * runs the cyclic GC) leaves the batch as it was. */
+/* What a call appends: a topic, the value (send) or the list or tuple of values
+ * (send_batch), how many records, and their size as the accumulator counts it. */
+typedef struct {
+    PyObject *topic;
+    PyObject *values;
+    Py_ssize_t count;
+    Py_ssize_t size;
+} Append;
+
+/* The open sticky batch a call may append to, as read under the lock. */
+typedef struct {
+    PyObject *batch;          /* borrowed */
+    Py_ssize_t batch_bytes;   /* its size */
+    PyObject **buffered_slot; /* the accumulator's buffered_bytes, in place */
+    Py_ssize_t buffered;
+} Open;
+
+/* 1: the topic (its metadata known) has an open sticky batch with room for `what`, and the
+ * buffer is not full: *open says which; 0: not this path's case; -1: error set. */
 static int
-append_locked(FastSend *self, PyObject *topic, PyObject *value, Py_ssize_t size,
-              PyObject **out)
+open_batch(FastSend *self, const Append *what, Open *open)
 {
-    int known = PyDict_Contains(self->leaders, topic);
+    int known = PyDict_Contains(self->leaders, what->topic);
     if (known <= 0)
         return known;
-    PyObject *batch = PyDict_GetItemWithError(self->sticky, topic); /* borrowed */
+    PyObject *batch = PyDict_GetItemWithError(self->sticky, what->topic); /* borrowed */
     if (batch == NULL)
         return PyErr_Occurred() ? -1 : 0;
-    if (Py_TYPE(batch) != self->batch_type)
-        return 0;
-    if (*slot(self, batch, SLOT_SEALED) != Py_False)
-        return 0;
-    PyObject *segments = *slot(self, batch, SLOT_SEGMENTS);
-    if (segments != Py_None &&
-        !(segments != NULL && PyList_CheckExact(segments) && PyList_GET_SIZE(segments) == 0))
+    if (Py_TYPE(batch) != self->batch_type || *slot(self, batch, SLOT_SEALED) != Py_False)
         return 0;
     Py_ssize_t batch_bytes = as_size(*slot(self, batch, SLOT_SIZE));
-    if (batch_bytes == -2 || batch_bytes + size > self->batch_size)
-        return 0;
-    PyObject *records = *slot(self, batch, SLOT_RECORDS);
-    /* an empty batch: the Python path wakes the sender for it */
-    if (records == NULL || !PyList_CheckExact(records) || PyList_GET_SIZE(records) == 0)
+    if (batch_bytes == -2 || batch_bytes + what->size > self->batch_size)
         return 0;
     PyObject **buffered_slot = (PyObject **)((char *)self->accumulator + self->buffered_slot);
     Py_ssize_t buffered = as_size(*buffered_slot);
     if (buffered == -2 || buffered >= self->buffer_memory)
         return 0;
+    *open = (Open){batch, batch_bytes, buffered_slot, buffered};
+    return 1;
+}
 
+/* The wall clock in milliseconds, as the Python path's time.time_ns() // 1_000_000. */
+static PyObject *
+now_ms(void)
+{
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
+    return PyLong_FromLongLong((long long)now.tv_sec * 1000 + now.tv_nsec / 1000000);
+}
+
+static int
+append_locked(FastSend *self, const Append *what, PyObject **out)
+{
+    Open open;
+    int found = open_batch(self, what, &open);
+    if (found <= 0)
+        return found;
+    PyObject *batch = open.batch, *value = what->values, **buffered_slot = open.buffered_slot;
+    Py_ssize_t size = what->size, batch_bytes = open.batch_bytes, buffered = open.buffered;
+    PyObject *segments = *slot(self, batch, SLOT_SEGMENTS);
+    if (segments != Py_None &&
+        !(segments != NULL && PyList_CheckExact(segments) && PyList_GET_SIZE(segments) == 0))
+        return 0;
+    PyObject *records = *slot(self, batch, SLOT_RECORDS);
+    /* an empty batch: the Python path wakes the sender for it */
+    if (records == NULL || !PyList_CheckExact(records) || PyList_GET_SIZE(records) == 0)
+        return 0;
+
     PyObject *record = PyTuple_New(4);
-    PyObject *stamp = PyLong_FromLongLong((long long)now.tv_sec * 1000 + now.tv_nsec / 1000000);
+    PyObject *stamp = now_ms();
     PyObject *index = PyLong_FromSsize_t(PyList_GET_SIZE(records));
     PyObject *new_size = PyLong_FromSsize_t(batch_bytes + size);
     PyObject *new_buffered = PyLong_FromSsize_t(buffered + size);
@@ -183,6 +219,35 @@ error:
     return -1;
 }
 
+/* `append` under the producer's lock, taken without waiting: 1 appended (*out set), 0 not
+ * this path's case (the lock held by another thread, the producer closed, ...), -1 error
+ * set. A lock that would not release is an error, though the records are queued. */
+static int
+under_lock(FastSend *self, int (*append)(FastSend *, const Append *, PyObject **),
+           const Append *what, PyObject **out)
+{
+    PyObject *got = PyObject_CallOneArg(self->acquire, Py_False);
+    if (got == NULL)
+        return -1;
+    int locked = got == Py_True;
+    Py_DECREF(got);
+    if (!locked)
+        return 0;
+    int appended = self->enabled ? append(self, what, out) : 0;
+    if (appended < 0) {
+        PyObject *type, *exc, *tb;
+        PyErr_Fetch(&type, &exc, &tb);
+        release(self);
+        PyErr_Restore(type, exc, tb);
+        return -1;
+    }
+    if (release(self) < 0) {
+        Py_CLEAR(*out);
+        return -1;
+    }
+    return appended;
+}
+
 static PyObject *
 FastSend_send(FastSend *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
@@ -195,26 +260,11 @@ FastSend_send(FastSend *self, PyObject *const *args, size_t nargsf, PyObject *kw
     Py_ssize_t size = self->overhead + PyBytes_GET_SIZE(value);
     if (size > self->max_request_size)
         return pass_on(self, args, nargsf, kwnames);
-    PyObject *got = PyObject_CallOneArg(self->acquire, Py_False);
-    if (got == NULL)
-        return NULL;
-    int locked = got == Py_True;
-    Py_DECREF(got);
-    if (!locked)
-        return pass_on(self, args, nargsf, kwnames);
     PyObject *future = NULL;
-    int appended = self->enabled ? append_locked(self, topic, value, size, &future) : 0;
-    if (appended < 0) {
-        PyObject *type, *exc, *tb;
-        PyErr_Fetch(&type, &exc, &tb);
-        release(self);
-        PyErr_Restore(type, exc, tb);
+    Append what = {topic, value, 1, size};
+    int appended = under_lock(self, append_locked, &what, &future);
+    if (appended < 0)
         return NULL;
-    }
-    if (release(self) < 0) {
-        Py_XDECREF(future);
-        return NULL;
-    }
     if (!appended)
         return pass_on(self, args, nargsf, kwnames);
     self->taken++;
@@ -229,20 +279,15 @@ FastSend_send(FastSend *self, PyObject *const *args, size_t nargsf, PyObject *kw
  * *out the spans; 0: not this path's case (an empty batch, one without room, ...); -1: error
  * set. Called with the lock held; nothing changes until every object is made. */
 static int
-append_batch_locked(FastSend *self, PyObject *topic, PyObject *values, Py_ssize_t count,
-                    Py_ssize_t size, PyObject **out)
+append_batch_locked(FastSend *self, const Append *what, PyObject **out)
 {
-    int known = PyDict_Contains(self->leaders, topic);
-    if (known <= 0)
-        return known;
-    PyObject *batch = PyDict_GetItemWithError(self->sticky, topic); /* borrowed */
-    if (batch == NULL)
-        return PyErr_Occurred() ? -1 : 0;
-    if (Py_TYPE(batch) != self->batch_type || *slot(self, batch, SLOT_SEALED) != Py_False)
-        return 0;
-    Py_ssize_t batch_bytes = as_size(*slot(self, batch, SLOT_SIZE));
-    if (batch_bytes == -2 || batch_bytes + size > self->batch_size)
-        return 0;
+    Open open;
+    int found = open_batch(self, what, &open);
+    if (found <= 0)
+        return found;
+    PyObject *batch = open.batch, *values = what->values, **buffered_slot = open.buffered_slot;
+    Py_ssize_t count = what->count, size = what->size, batch_bytes = open.batch_bytes;
+    Py_ssize_t buffered = open.buffered;
     PyObject *records = *slot(self, batch, SLOT_RECORDS);
     PyObject *segments = *slot(self, batch, SLOT_SEGMENTS);
     if (records == NULL || !PyList_CheckExact(records) || segments == NULL ||
@@ -254,16 +299,10 @@ append_batch_locked(FastSend *self, PyObject *topic, PyObject *values, Py_ssize_
     Py_ssize_t first = PyList_GET_SIZE(records) + segment_count;
     if (first == 0) /* an empty batch: the Python path wakes the sender for it */
         return 0;
-    PyObject **buffered_slot = (PyObject **)((char *)self->accumulator + self->buffered_slot);
-    Py_ssize_t buffered = as_size(*buffered_slot);
-    if (buffered == -2 || buffered >= self->buffer_memory)
-        return 0;
 
-    struct timespec now;
-    clock_gettime(CLOCK_REALTIME, &now);
     PyObject *copy = PySequence_List(values);
     PyObject *segment = PyTuple_New(4);
-    PyObject *stamp = PyLong_FromLongLong((long long)now.tv_sec * 1000 + now.tv_nsec / 1000000);
+    PyObject *stamp = now_ms();
     PyObject *made = segments == Py_None ? PyList_New(0) : NULL;
     PyObject *new_size = PyLong_FromSsize_t(batch_bytes + size);
     PyObject *new_buffered = PyLong_FromSsize_t(buffered + size);
@@ -358,36 +397,12 @@ FastSend_send_batch(FastSend *self, PyObject *const *args, size_t nargsf, PyObje
     PyObject *handle = self->list_type->tp_alloc(self->list_type, 0);
     if (handle == NULL)
         return NULL;
-    PyObject *got = PyObject_CallOneArg(self->acquire, Py_False);
-    if (got == NULL) {
-        Py_DECREF(handle);
-        return NULL;
-    }
-    int locked = got == Py_True;
-    Py_DECREF(got);
-    if (!locked) {
-        Py_DECREF(handle);
-        return pass_batch(self, args, nargsf, kwnames);
-    }
     PyObject *spans = NULL;
-    int appended = self->enabled ? append_batch_locked(self, topic, values, count, size, &spans)
-                                 : 0;
-    if (appended < 0) {
-        PyObject *type, *exc, *tb;
-        PyErr_Fetch(&type, &exc, &tb);
-        release(self);
-        PyErr_Restore(type, exc, tb);
+    Append what = {topic, values, count, size};
+    int appended = under_lock(self, append_batch_locked, &what, &spans);
+    if (appended <= 0) {
         Py_DECREF(handle);
-        return NULL;
-    }
-    if (release(self) < 0) { /* as send(): an error, though the records are queued */
-        Py_XDECREF(spans);
-        Py_DECREF(handle);
-        return NULL;
-    }
-    if (!appended) {
-        Py_DECREF(handle);
-        return pass_batch(self, args, nargsf, kwnames);
+        return appended < 0 ? NULL : pass_batch(self, args, nargsf, kwnames);
     }
     *(PyObject **)((char *)handle + self->spans_slot) = spans; /* the reference moves */
     self->batch_taken++;

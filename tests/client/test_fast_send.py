@@ -98,6 +98,23 @@ def stored(bootstrap: str, topic: str, count: int) -> list[tuple]:
     return [(r.offset, r.key, r.value, tuple(r.headers or ())) for r in records]
 
 
+def on_the_python_path(bootstrap: str, calls: str, topic: str, tag: bytes, count: int,
+                       **options) -> None:
+    """Make the same calls (this module's `calls` function) with the Python path alone: in a
+    child process under KLOG_PURE_PYTHON=1, since the switch is read at import."""
+    script = (
+        "import klog\n"
+        f"from tests.client.test_fast_send import {calls}\n"
+        f"p = klog.Producer(bootstrap_servers={bootstrap!r}, linger_ms=2, **{options!r})\n"
+        "assert p._fast_send is None\n"
+        f"{calls}(p, {topic!r}, {tag!r}, {count})\n"
+        "p.close(30)\n")
+    env = dict(os.environ, KLOG_PURE_PYTHON="1")
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+
+
 def expected_count(count: int) -> int:
     return count + count // 50  # each send_batch adds a second value
 
@@ -116,17 +133,7 @@ def test_compiled_and_python_sends_store_the_same_records(broker, topic_factory)
     ours = stored(broker.bootstrap, topic, expected_count(count))
 
     pure_topic = topic_factory(1)
-    script = (
-        "import sys, klog\n"
-        "from tests.client.test_fast_send import mixed_sends\n"
-        f"p = klog.Producer(bootstrap_servers={broker.bootstrap!r}, linger_ms=2)\n"
-        "assert p._fast_send is None\n"
-        f"mixed_sends(p, {pure_topic!r}, b'v', {count})\n"
-        "p.close(30)\n")
-    env = dict(os.environ, KLOG_PURE_PYTHON="1")
-    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
+    on_the_python_path(broker.bootstrap, "mixed_sends", pure_topic, b"v", count)
     assert stored(broker.bootstrap, pure_topic, expected_count(count)) == ours
     assert [offset for offset, *_ in ours] == list(range(expected_count(count)))
 
@@ -158,17 +165,7 @@ def test_compiled_and_python_send_batch_store_the_same_records(broker, topic_fac
     assert b"changed after the call" not in {value for _, _, value, _ in ours}
 
     pure_topic = topic_factory(1)
-    script = (
-        "import klog\n"
-        "from tests.client.test_fast_send import mixed_batches\n"
-        f"p = klog.Producer(bootstrap_servers={broker.bootstrap!r}, linger_ms=2, **{sizes!r})\n"
-        "assert p._fast_send is None\n"
-        f"mixed_batches(p, {pure_topic!r}, b'b', {count})\n"
-        "p.close(30)\n")
-    env = dict(os.environ, KLOG_PURE_PYTHON="1")
-    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
+    on_the_python_path(broker.bootstrap, "mixed_batches", pure_topic, b"b", count, **sizes)
     assert stored(broker.bootstrap, pure_topic, total) == ours
 
 
