@@ -79,6 +79,21 @@ class AIOFutureRecordMetadataList:
         return results
 
 
+def _compiled(fast, topic: str, value, key, headers, partition, timestamp_ms):
+    """The handle of the compiled append (`fast`) for a call it may take (a topic and its
+    value or values, nothing else), or None: the Python path's turn."""
+    if (fast is None or key is not None or headers is not None or partition is not None
+            or timestamp_ms is not None):
+        return None
+    return fast(topic, value)
+
+
+def _not_compiled(topic: str, values) -> None:
+    """The compiled send_batch's Python path: None, so that ``send_batch`` goes on with its
+    own (the append, or the wait for metadata or buffer space)."""
+    return None
+
+
 class AIOProducer:
     """The asyncio Producer: same options as `klog.Producer`; use ``async with``, or
     ``await start()`` and ``await close()``."""
@@ -97,6 +112,7 @@ class AIOProducer:
         # (klog/producer/fast_send.py), made at start(); None: the Python path's alone
         self._fast_sends: list = []
         self._fast_append = None
+        self._fast_batch = None
 
     def _new_future(self) -> asyncio.Future:
         assert self._loop is not None
@@ -117,16 +133,20 @@ class AIOProducer:
 
     def _compile_sends(self) -> None:
         """The compiled send (klog/producer/_sendc.c) for ``send_nowait(topic, value)`` and
-        for the append of ``await send(topic, value)``: the blocking producer's, with a lock
-        of their own that nothing else takes (every append runs on this loop's thread)."""
+        for the appends of ``await send(topic, value)`` and ``await send_batch(topic,
+        values)``: the blocking producer's, with a lock of their own that nothing else takes
+        (every append runs on this loop's thread)."""
         lock = threading.Lock()
         fast_nowait = compiled_send(self, self.send_nowait, lock, AIOFutureRecordMetadata)
         if fast_nowait is None:
             return
-        fast_append = compiled_send(self, self._handle_or_none, lock, AIOFutureRecordMetadata)
+        fast_append = compiled_send(self, self._handle_or_none, lock, AIOFutureRecordMetadata,
+                                    slow_batch=_not_compiled,
+                                    list_type=AIOFutureRecordMetadataList)
         self._fast_sends = [fast_nowait, fast_append]
         self.send_nowait = fast_nowait.send  # type: ignore[method-assign]
         self._fast_append = fast_append.send
+        self._fast_batch = fast_append.send_batch
 
     def _handle_or_none(self, topic: str, value: Any) -> AIOFutureRecordMetadata | None:
         """The Python path of ``_fast_append``: the handle, or None when send must wait."""
@@ -155,12 +175,10 @@ class AIOProducer:
                    partition: int | None = None, timestamp_ms: int | None = None
                    ) -> AIOFutureRecordMetadata:
         """Queue one record; returns an awaitable for its RecordMetadata."""
-        fast = self._fast_append
-        if (fast is not None and key is None and headers is None and partition is None
-                and timestamp_ms is None):
-            handle = fast(topic, value)
-            if handle is not None:
-                return handle
+        handle = _compiled(self._fast_append, topic, value, key, headers, partition,
+                           timestamp_ms)
+        if handle is not None:
+            return handle
         added = self._append(topic, value, key, headers, partition, timestamp_ms)
         while added is None:
             await self._wait_until_sendable(topic)
@@ -188,6 +206,10 @@ class AIOProducer:
                          headers=None, partition: int | None = None,
                          timestamp_ms: int | None = None) -> AIOFutureRecordMetadataList:
         """Queue many values for one partition with one key; awaitable list of metadata."""
+        handle = _compiled(self._fast_batch, topic, values, key, headers, partition,
+                           timestamp_ms)
+        if handle is not None:
+            return handle
         if self._closed or self._task is None:
             raise ClosedError("send_batch() on a producer that is closed or not started")
         if self._core.transactions is not None:

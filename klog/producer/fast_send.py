@@ -42,11 +42,13 @@ def _bytes_total(values) -> int | None:
 bytes_total = _bytes_total if _sendc is None else _sendc.bytes_total
 
 
-def compiled_send(producer, slow, lock=None, future_type=None, slow_batch=None):
+def compiled_send(producer, slow, lock=None, future_type=None, slow_batch=None,
+                  list_type=None):
     """The compiled send bound to `producer`'s state (its `disable()` for close), or None
     where the Python `slow` send must serve every call. With `slow_batch` (the Python
     send_batch) its ``send_batch`` serves ``send_batch(topic, values)`` too, returning a
-    FutureRecordMetadataList.
+    `list_type` (FutureRecordMetadataList by default: a class whose one slot is
+    ``_spans``).
 
     `lock` is the one every append takes (the blocking producer's own by default; the
     asyncio producer, whose appends all run on its loop's thread, passes one of its own), and
@@ -70,4 +72,5 @@ def compiled_send(producer, slow, lock=None, future_type=None, slow_batch=None):
         batch_size=accumulator.batch_size,
         max_request_size=core._max_request_size, buffer_memory=core._buffer_memory,
         overhead=RECORD_OVERHEAD,
-        slow_batch=slow_batch, list_type=FutureRecordMetadataList)
+        slow_batch=slow_batch,
+        list_type=FutureRecordMetadataList if list_type is None else list_type)

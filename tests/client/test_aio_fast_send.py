@@ -1,8 +1,9 @@
 """The asyncio producer's compiled send (klog/producer/_sendc.c behind ``send_nowait`` and the
-append of ``await send``, chosen by fast_send.py) against a real appliance, beside the Python
-path: the calls of every shape mixed, the records read back, and the same sequence run with
-``KLOG_PURE_PYTHON=1`` (the Python path alone) storing the same records. A ``send_nowait``
-kept from before close() fails as the Python one does. About 3 s with the module's appliance.
+appends of ``await send`` and ``await send_batch``, chosen by fast_send.py) against a real
+appliance, beside the Python path: the calls of every shape mixed, the records read back, and
+the same sequence run with ``KLOG_PURE_PYTHON=1`` (the Python path alone) storing the same
+records. A ``send_nowait`` kept from before close() fails as the Python one does. About 5 s
+with the module's appliance.
 """
 
 from __future__ import annotations
@@ -18,7 +19,13 @@ import klog
 import klog.aio
 from klog.errors import ClosedError
 from klog.producer import fast_send
-from tests.client.test_fast_send import expected_count, stored
+from tests.client.test_fast_send import (
+    batch_calls,
+    batches_count,
+    expected_count,
+    on_the_python_path,
+    stored,
+)
 from tests.conftest import REPO
 
 compiled = pytest.mark.skipif(fast_send.IMPLEMENTATION != "C",
@@ -96,3 +103,38 @@ def test_a_send_nowait_kept_from_before_close_fails_as_the_python_one(broker, to
 
     asyncio.run(asyncio.wait_for(scenario(), 60))
     assert [v for _, _, v, _ in stored(broker.bootstrap, topic, 2)] == [b"before", b"open batch"]
+
+
+@compiled
+def test_compiled_and_python_aio_send_batch_store_the_same_records(broker, topic_factory):
+    """`batch_calls` (tests/client/test_fast_send.py) through ``await send_batch``: the
+    compiled append takes the calls of bytes that fit the open batch, the rest go the Python
+    way; every handle gives its records' offsets, and the records are those the blocking
+    producer's Python path stores for the same calls."""
+    topic, pure_topic = topic_factory(1), topic_factory(1)
+    count = 2_000
+
+    async def scenario():
+        async with klog.aio.AIOProducer(bootstrap_servers=broker.bootstrap,
+                                        linger_ms=2) as producer:
+            handles = []
+            for method, args, kwargs, after in batch_calls(b"b", count):
+                handles.append(await getattr(producer, method)(topic, *args, **kwargs))
+                if after is not None:
+                    after()
+            offsets = []
+            for handle in handles:
+                result = await handle
+                offsets.extend(m.offset for m in (result if isinstance(result, list)
+                                                  else [result]))
+            return offsets, producer._fast_sends[1].batch_counts()
+
+    offsets, (taken, passed) = asyncio.run(asyncio.wait_for(scenario(), 60))
+    total = batches_count(count)
+    assert offsets == list(range(total))
+    # both served calls: the coroutine keeps a key, a partition or a timestamp to itself;
+    # a None or a bytearray among the values and an empty list reach the compiled append
+    assert taken > count // 2 and passed >= count * 2 // 20
+    ours = stored(broker.bootstrap, topic, total)
+    on_the_python_path(broker.bootstrap, "mixed_batches", pure_topic, b"b", count)
+    assert stored(broker.bootstrap, pure_topic, total) == ours

@@ -52,35 +52,44 @@ def mixed_sends(producer: klog.Producer, topic: str, tag: bytes, count: int) -> 
     return futures
 
 
+def batch_calls(tag: bytes, count: int):
+    """The calls of `mixed_batches`, in order: ``(method, args, kwargs, after)``, where
+    ``after`` (or None) changes the call's list once the call returned."""
+    for i in range(count):
+        values = [b"%s-%05d-%d" % (tag, i, j) for j in range(1 + i % 7)]
+        shape = i % 20
+        if shape == 3:
+            yield "send_batch", (tuple(values),), {}, None
+        elif shape == 5:
+            yield "send_batch", (values,), {"key": b"k%d" % i}, None
+        elif shape == 7:
+            yield "send", (values[0],), {}, None
+        elif shape == 9:
+            yield "send_batch", (values + [None, bytearray(b"ba")],), {}, None
+        elif shape == 11:  # the call kept its own copy
+            yield "send_batch", (values,), {}, lambda values=values: (
+                values.__setitem__(0, b"changed after the call"),
+                values.append(b"appended after the call"))
+        elif shape == 13:
+            yield "send_batch", (), {"values": values}, None
+        elif shape == 15:
+            yield "send_batch", ([],), {}, None
+        elif shape == 17:
+            yield "send_batch", (values,), {"partition": 0}, None
+        else:
+            yield "send_batch", (values,), {}, None
+
+
 def mixed_batches(producer: klog.Producer, topic: str, tag: bytes, count: int) -> list:
     """send_batch calls of every shape, in a fixed order, and what each returned: mostly
     the compiled path's (lists of bytes), and each shape it hands on (a tuple, a key, a
     partition, a None or a bytearray among the values, keyword arguments, an empty list),
     single sends between them, and a list the caller changes after the call."""
     handles = []
-    for i in range(count):
-        values = [b"%s-%05d-%d" % (tag, i, j) for j in range(1 + i % 7)]
-        shape = i % 20
-        if shape == 3:
-            handles.append(producer.send_batch(topic, tuple(values)))
-        elif shape == 5:
-            handles.append(producer.send_batch(topic, values, key=b"k%d" % i))
-        elif shape == 7:
-            handles.append(producer.send(topic, values[0]))
-        elif shape == 9:
-            handles.append(producer.send_batch(topic, values + [None, bytearray(b"ba")]))
-        elif shape == 11:
-            handles.append(producer.send_batch(topic, values))
-            values[0] = b"changed after the call"  # the call kept its own copy
-            values.append(b"appended after the call")
-        elif shape == 13:
-            handles.append(producer.send_batch(topic, values=values))
-        elif shape == 15:
-            handles.append(producer.send_batch(topic, []))
-        elif shape == 17:
-            handles.append(producer.send_batch(topic, values, partition=0))
-        else:
-            handles.append(producer.send_batch(topic, values))
+    for method, args, kwargs, after in batch_calls(tag, count):
+        handles.append(getattr(producer, method)(topic, *args, **kwargs))
+        if after is not None:
+            after()
     return handles
 
 
