@@ -133,7 +133,9 @@ class Appliance:
     def bootstrap(self) -> str:
         return f"{self.host}:{self.port}"
 
-    def start(self, timeout_s: float = 20.0, env: dict | None = None) -> Appliance:
+    def start(self, timeout_s: float = 60.0, env: dict | None = None) -> Appliance:
+        # the time allowed to come up, not a measure of it: a loaded 2-core host has
+        # taken more than 20 s
         self._stderr = open(self.stderr_path, "ab")  # noqa: SIM115 (open while the child runs)
         self.process = subprocess.Popen(
             [*self.command_prefix, sys.executable, "-m", "klog_cli.main", "appliance", "run",
