@@ -12,11 +12,12 @@
  * Python send() costs about 1.2 us per record of interpreter work, librdkafka's produce()
  * about 0.7 us in all; this path does the same bookkeeping without the interpreter.
  *
- * `producer.send_batch(topic, values)` (the blocking producer's), with a list or tuple of
- * bytes values, no key, headers, partition or timestamp, is the same case for many records:
- * when they all fit in the open sticky batch, which already holds a record, it stores them
- * as `Accumulator.append_many` does (one segment (timestamp_ms, None, list(values), None)),
- * and returns FutureRecordMetadataList([(batch, first index, count)]). Why: the Python call
+ * `producer.send_batch(topic, values)` (the blocking producer's, and the append of the
+ * asyncio producer's `await send_batch`), with a list or tuple of bytes values, no key,
+ * headers, partition or timestamp, is the same case for many records: when they all fit in
+ * the open sticky batch, which already holds a record, it stores them as
+ * `Accumulator.append_many` does (one segment (timestamp_ms, None, list(values), None)), and
+ * returns the producer's list handle holding [(batch, first index, count)]. Why: the Python call
  * costs 8-10 us of interpreter work per call of 50 values, under the producer's GIL, which
  * the sender thread's encoding needs at the same time.
  *

@@ -1,8 +1,8 @@
 """Which send() a Producer gets: the compiled one for its commonest call, or the Python one.
 
 ``klog.producer._sendc`` (C, built by ``setup.py`` during ``pip install``, optional) handles
-``send(topic, value)`` with a bytes value, and the blocking producer's ``send_batch(topic,
-values)`` with bytes values, to a topic whose sticky batch is open and has room, and hands
+``send(topic, value)`` with a bytes value, and ``send_batch(topic, values)`` with bytes
+values (both producers'), to a topic whose sticky batch is open and has room, and hands
 every other call to the Python ``Producer.send`` / ``send_batch`` unchanged (its module
 docstring says exactly which). It is used only where the Python path would do nothing more
 than append: no value or key serializer, no transactions (their checks wrap send). The
