@@ -5,6 +5,13 @@ parallel list of base offsets for ``bisect``, and the *retired* segments: rename
 ``*.deleted`` by retention or truncation, but kept open for ``file.delete.delay.ms`` so a
 ``ReadSlice`` already handed to ``sendfile`` stays valid (Kafka's asynchronous delete).
 
+The log's size is asked after every append (each publication to the shm region carries it),
+so it is kept as the bytes of the sealed segments, counted again whenever the list changes,
+plus the active segment's live size: a partition of thousands of segments once paid a sum
+over all of them per append (23 us at 1,000 segments, 75 at 3,000). A sealed segment's size
+changes only together with the list (a truncation retires what follows it first, and the
+cleaner's segment is recovered before its swap).
+
 Concurrency: the log's writer thread mutates; the group commit thread only calls
 :meth:`unflushed` (a snapshot: copying a list is atomic under the GIL) and closes nothing.
 Descriptors are closed only under :attr:`lock`, which ``PartitionLog.flush_through`` holds
@@ -30,6 +37,8 @@ class SegmentList:
         self._segments = list(segments)
         self._bases = [s.base_offset for s in segments]
         self._retired: list[tuple[int, LogSegment]] = []  # (close after ms, segment)
+        self._sealed_bytes = 0  # the sizes of every segment but the active one
+        self._count_sealed()
 
     @property
     def active(self) -> LogSegment:
@@ -61,7 +70,11 @@ class SegmentList:
         return self._segments[self.index_of(offset) :]
 
     def size_bytes(self) -> int:
-        return sum(s.size for s in self._segments)
+        segments = self._segments
+        return self._sealed_bytes + segments[-1].size if segments else 0
+
+    def _count_sealed(self) -> None:
+        self._sealed_bytes = sum(s.size for s in self._segments[:-1])
 
     def unflushed(self, recovery_point: int) -> list[LogSegment]:
         """Segments holding offsets at or after ``recovery_point`` (call under :attr:`lock`)."""
@@ -70,6 +83,7 @@ class SegmentList:
     def add(self, segment: LogSegment) -> None:
         self._segments.append(segment)
         self._bases.append(segment.base_offset)
+        self._count_sealed()
 
     def retire(self, doomed: list[LogSegment], close_after_ms: int) -> None:
         """Unlist ``doomed`` and rename their files to ``*.deleted``; they are closed and
@@ -77,6 +91,7 @@ class SegmentList:
         for segment in doomed:
             i = self._segments.index(segment)
             del self._segments[i], self._bases[i]
+        self._count_sealed()
         with storage_errors(self.directory, "rename deleted segments in"):
             for segment in doomed:
                 segment.rename_for_deletion()
@@ -90,6 +105,7 @@ class SegmentList:
         i = self._segments.index(group[0])
         self._segments[i : i + len(group)] = [cleaned]
         self._bases[i : i + len(group)] = [cleaned.base_offset]
+        self._count_sealed()
         group[0].replaced()
         self._retired.append((close_after_ms, group[0]))
         with storage_errors(self.directory, "rename cleaned-away segments in"):

@@ -213,3 +213,16 @@ def test_a_restarted_owner_attaches_to_a_cleaned_log_with_empty_segments(plog):
         assert all_records(reopened) == before
     finally:
         reopened.close()
+
+
+def test_the_logs_size_after_cleaning_is_what_its_segments_hold(plog):
+    """The log's size is kept as a count (segment_list.py), not summed per append: the
+    cleaner's swaps (segments shrunk to a few records) must leave it equal to the live
+    segments' bytes, and appends after the swaps must keep it there."""
+    write_updates(plog, 2000, 5)
+    before = plog.size_bytes
+    result = clean(plog, checkpoint=None, now_ms=NOW)
+    assert result is not None and result.swaps
+    assert plog.size_bytes == sum(segment.size for segment in plog.segments) < before // 2
+    write_updates(plog, 200, 5, seed=2, now_ms=NOW)
+    assert plog.size_bytes == sum(segment.size for segment in plog.segments)

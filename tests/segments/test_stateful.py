@@ -181,6 +181,8 @@ class LogMachine(RuleBasedStateMachine):
         assert (log.log_start_offset, log.log_end_offset) == (o.log_start, o.end)
         assert log.high_watermark == log.log_end_offset
         assert log.size_bytes >= sum(len(d) for _, d in o.batches)
+        # the kept count (segment_list.py) is the sum over the live segments
+        assert log.size_bytes == sum(segment.size for segment in log.segments)
         assert log.segment_count >= 1
 
 
