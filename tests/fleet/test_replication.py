@@ -213,6 +213,34 @@ def test_a_stalled_follower_leaves_the_isr_and_rejoins(fleet, zk):
         relaxed.close()
 
 
+def test_idle_followers_stay_in_the_isr_and_copy_the_next_write_at_once(fleet, zk):
+    """Followers of a partition nobody writes keep fetching (their sessions' long polls);
+    the leader answers those fetches on a path of its own (Partition.note_idle_fetch),
+    which must still count them as caught up: over three times replica.lag.time.max.ms
+    of silence the ISR stays whole. The write after it is an acks=all write with
+    min.insync.replicas=3, so it is acknowledged only once both followers have it."""
+    from klog import Producer as KlogProducer
+    admin = AdminClient({"bootstrap.servers": fleet[0].bootstrap})
+    admin.create_topics([NewTopic("quiet", 1, 3, config={"min.insync.replicas": "3"})]
+                        )["quiet"].result(30)
+    wait_until(lambda: led(fleet[0].bootstrap, "quiet", 1), 30, "a leader for quiet")
+    wait_until(lambda: len(state(zk, 0, "quiet")["isr"]) == 3, 30, "a full ISR")
+    leader = state(zk, 0, "quiet")["leader"]
+    producer = KlogProducer(bootstrap_servers=fleet[leader // 100 - 1].bootstrap, acks="all")
+    try:
+        producer.send("quiet", b"before the silence", partition=0).result(30)
+        silence_ends = time.monotonic() + 3 * LAG_MS / 1000
+        while time.monotonic() < silence_ends:
+            assert len(state(zk, 0, "quiet")["isr"]) == 3, "an idle follower left the ISR"
+            time.sleep(0.5)
+        start = time.monotonic()
+        producer.send("quiet", b"after the silence", partition=0).result(30)
+        assert time.monotonic() - start < LAG_MS / 1000  # copied at once, not after a shrink
+    finally:
+        producer.close()
+    assert len(state(zk, 0, "quiet")["isr"]) == 3
+
+
 def test_a_returning_leader_truncates_what_only_it_had(fleet, zk):
     """The leader takes acks=1 records while both followers are stopped, then dies: a follower
     leads in a new epoch without them, and the old leader, back, asks it where its epoch

@@ -85,6 +85,12 @@ def _read(worker, topic, part, budget, must_fill, replica_id=-1, committed=False
                                    part.current_leader_epoch, worker.node_id_of)
         if refused is not None:
             return _partition(part.partition, refused), 0, True
+    if incremental and replica_id >= 0:
+        partition = worker.partitions.get(topic, part.partition)
+        if partition is not None and part.unchanged(partition) and \
+                partition.note_idle_fetch(replica_id, part.fetch_offset,
+                                          part.current_leader_epoch, part.log_start_offset):
+            return None, 0, False  # a session's follower at our log end: nothing to tell
     readable = worker.readable_log(topic, part.partition)
     if readable is None:
         error = worker.absent_partition_error(topic, part.partition)
