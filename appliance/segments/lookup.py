@@ -6,7 +6,9 @@ a scan of batch *headers* from that entry's position; entries are at most
 The batch a segment appended last is the exception: an in-sync follower's and a tailing
 consumer's fetch asks for exactly that one, and ``LogSegment.tail_batch`` answers it with one
 header read (9 µs against 61 µs for the search and scan at Kafka's defaults, one small
-record per batch: perf/bench_tail_read.py).
+record per batch: perf/bench_tail_read.py). So is the batch a read stopped before
+(``LogSegment.batch_after_read``): a follower catching up asks next for exactly that one
+(perf/bench_read_in_order.py).
 
 An index entry is checked when it is used: the header at its position must be a batch whose
 last offset is the entry's offset. If not, :class:`IndexMismatchError` is raised; the log
@@ -55,11 +57,11 @@ def _scan_from_entry(segment: LogSegment, entry_offset: int, start: int, end: in
 
 def translate_offset(segment: LogSegment, offset: int) -> tuple[int, BatchHeader] | None:
     """(position, header) of the first batch whose last offset is >= ``offset``, or None when
-    the segment ends before it (Kafka's ``translateOffset``). The batch appended last is
-    answered without the index (``LogSegment.tail_batch``)."""
-    tail = segment.tail_batch(offset)
-    if tail is not None:
-        return tail
+    the segment ends before it (Kafka's ``translateOffset``). The batch appended last, and the
+    one the last read stopped before, are answered without the index."""
+    found = segment.tail_batch(offset) or segment.batch_after_read(offset)
+    if found is not None:
+        return found
     entry_offset, start = segment.index.lookup(offset)
     for position, header in _scan_from_entry(segment, entry_offset, start, segment.size):
         if header.last_offset >= offset:
@@ -69,7 +71,9 @@ def translate_offset(segment: LogSegment, offset: int) -> tuple[int, BatchHeader
 
 def batch_end(segment: LogSegment, start: int, limit: int, end: int) -> int:
     """The largest batch boundary in ``(start, limit]`` (``limit`` must be at least the end of
-    the batch at ``start``); ``end`` bounds the scan (the segment size or the high watermark)."""
+    the batch at ``start``); ``end`` bounds the scan (the segment size or the high watermark).
+    When the scan stops at a batch that does not fit, the segment notes it
+    (:meth:`LogSegment.note_read_end`): the next read in order starts there."""
     entry_offset, entry_position = segment.index.lookup_position(limit)
     if entry_position <= start or entry_position >= end:
         # no entry between: scan from the start. An entry at `end` names the batch there,
@@ -81,6 +85,7 @@ def batch_end(segment: LogSegment, start: int, limit: int, end: int) -> int:
             else _scan_from_entry(segment, entry_offset, entry_position, end))
     for position, header in scan:
         if position + header.size > limit:
+            segment.note_read_end(position, header)
             break
         boundary = position + header.size
     return boundary

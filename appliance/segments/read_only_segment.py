@@ -202,6 +202,13 @@ class ReadOnlySegment:
         """Never known here: the owner appends, in another process (its hints stand in)."""
         return None
 
+    def batch_after_read(self, offset: int) -> None:
+        """Not kept here: the owner's hints stand in (non_owner_reader.py)."""
+        return None
+
+    def note_read_end(self, position: int, header) -> None:
+        pass
+
     def without_index(self) -> ReadOnlySegment:
         """This segment with lookups that ignore the index (after an IndexMismatchError)."""
         clone = object.__new__(ReadOnlySegment)

@@ -100,6 +100,7 @@ class LogSegment:
         self._bytes_since_index = 0
         self._index_interval = config.index_interval_bytes
         self._tail = None  # (position, base offset, last offset) of the batch appended last
+        self._read_end = None  # (base offset, position) of the batch a read stopped before
         index_path = segment_path(directory, base_offset, INDEX_SUFFIX) + name_suffix
         time_index_path = segment_path(directory, base_offset, TIME_INDEX_SUFFIX) + name_suffix
         self.index_missing = not os.path.exists(index_path)
@@ -354,14 +355,41 @@ class LogSegment:
         if tail is None or not tail[1] <= offset <= tail[2]:
             return None
         position = tail[0]
+        header = self._header_at(position)
+        if (header is None or header.base_offset != tail[1] or header.last_offset != tail[2]
+                or position + header.size != self.size):
+            return None
+        return position, header
+
+    def note_read_end(self, position: int, header: rb.BatchHeader) -> None:
+        """A read stopped before the batch at ``position`` (``header``): see
+        :meth:`batch_after_read`."""
+        self._read_end = (header.base_offset, position)
+
+    def batch_after_read(self, offset: int) -> tuple[int, rb.BatchHeader] | None:
+        """(position, header) of the batch a read stopped before, when ``offset`` is its base
+        offset, else None.
+
+        Why: a follower catching up asks next for exactly where its last answer ended, and
+        each answer's batch was found through the index (a binary search, then a scan of
+        headers from the entry). Offsets grow along the file, so the batch there is the
+        first whose last offset reaches ``offset``, as the index would answer. The header
+        is read again and must still start there; a truncation forgets the position."""
+        hint = self._read_end
+        if hint is None or hint[0] != offset:
+            return None
+        position = hint[1]
+        header = self._header_at(position)
+        if header is None or header.base_offset != offset or position + header.size > self.size:
+            return None
+        return position, header
+
+    def _header_at(self, position: int) -> rb.BatchHeader | None:
         data = os.pread(self.fd, rb.HEADER_BYTES, position)
         if len(data) < rb.HEADER_BYTES:
             return None
         header = rb.BatchHeader._make(rb.HEADER.unpack_from(data))
-        if (header.magic != rb.MAGIC or header.base_offset != tail[1]
-                or header.last_offset != tail[2] or position + header.size != self.size):
-            return None
-        return position, header
+        return header if header.magic == rb.MAGIC else None
 
     def headers(self, start: int, end: int):
         """Yield ``(position, BatchHeader)`` for the batches in ``[start, end)``, reading only
@@ -384,6 +412,7 @@ class LogSegment:
         zeros (an old batch left there could otherwise come back after a crash)."""
         self.size = size
         self._tail = None
+        self._read_end = None
         os.ftruncate(self.fd, size)
         if self.active:
             os.posix_fallocate(self.fd, 0, self._capacity)
