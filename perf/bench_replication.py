@@ -440,10 +440,10 @@ def main() -> None:
                       f"{c['raw_before'] / 1e6:,.0f} before and {c['raw_after'] / 1e6:,.0f} "
                       f"after, each the second pass; ratio {c['rate'] / c['raw']:.2f}; their "
                       f"first passes {c['raw_cold'] / 1e6:,.0f} MB/s); CPU s per 100 MB: follower "
-                      f"{c['follower_cpu']:.2f} (user {c['follower_user']:.2f}), leader "
-                      f"{c['leader_cpu']:.2f} (user {c['leader_user']:.2f}), raw loop "
-                      f"(both ends) {c['raw_cpu']:.2f}, this script's watch "
-                      f"{c['watch_cpu']:.2f}", flush=True)
+                      f"{c['follower_cpu']:.3f} (user {c['follower_user']:.3f}), leader "
+                      f"{c['leader_cpu']:.3f} (user {c['leader_user']:.3f}), raw loop "
+                      f"(both ends) {c['raw_cpu']:.3f}, this script's watch "
+                      f"{c['watch_cpu']:.3f}", flush=True)
         if "failover" not in sections:
             kills = 0
         runs = [failover_s(fleet, zk, "rf3") for _ in range(kills)]
