@@ -19,7 +19,8 @@ Three appliances (two workers each) and a three-server ZooKeeper on this host:
   what a follower's fetch, append and publication could cost. The raw loop runs just before
   and just after the catch-up, each time from a quiet host (the other follower caught up,
   no write-back under way) and twice, the second pass timed (`raw_sendfile_rate` says why);
-  the ratio is to the mean of the two timed passes. Rates on this shared host
+  the ratio is to the mean of the two timed passes. One partition unless
+  `--catchup-partitions N` (`catch_up` says how the bytes then spread). Rates on this shared host
   swing with the load; the CPU seconds spent per 100 MB (the follower's and the leader's
   worker processes; both ends of the raw loop) vary much less. The script watches the
   follower's progress in its shm region every 10 ms and prints what the watch cost: it
@@ -229,37 +230,49 @@ def restart_with(appliance: Appliance, settings: dict[str, str],
 
 
 def catch_up(fleet: list[Appliance], zk, bootstrap: str, megabytes: int, topic: str = "catchup",
-             variant: tuple[dict, dict] = ({}, {}), profile: str = "") -> dict:
+             variant: tuple[dict, dict] = ({}, {}), profile: str = "",
+             partitions: int = 1) -> dict:
     """Bytes/s copied by a restarted follower (started with `variant` over its settings) and
-    of the raw sendfile loop, the bytes, and the CPU seconds per 100 MB of each side."""
+    of the raw sendfile loop, the bytes, and the CPU seconds per 100 MB of each side.
+
+    `partitions` > 1: the topic gets that many partitions. The appliance that leads the most
+    of them (a node id is its broker.id times 100 plus the worker's index) is the leader,
+    and the megabytes go to its partitions only, round robin: a restarted broker copies many
+    partitions from each leader at once, up to `replica.fetch.response.max.bytes` per fetch.
+    The raw loop sends their segment files one after the other over its one connection.
+    """
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, 1, 3, config={"min.insync.replicas": "1"})]
+    admin.create_topics([NewTopic(topic, partitions, 3, config={"min.insync.replicas": "1"})]
                         )[topic].result(30)
-    wait_led(bootstrap, topic, 1)
-    data, _ = zk.get(f"/brokers/topics/{topic}/partitions/0/state")
-    leader_node = orjson.loads(data)["leader"]
-    leader = fleet[leader_node // 100 - 1]
+    wait_led(bootstrap, topic, partitions)
+    leaders = {}  # appliance (broker.id) -> the partitions one of its workers leads
+    for index in range(partitions):
+        data, _ = zk.get(f"/brokers/topics/{topic}/partitions/{index}/state")
+        leaders.setdefault(orjson.loads(data)["leader"] // 100, []).append(index)
+    broker, led = max(leaders.items(), key=lambda item: len(item[1]))
+    leader = fleet[broker - 1]
     follower = next(a for a in fleet if a is not leader)
     follower.stop()
     p = Producer({"bootstrap.servers": leader.bootstrap, "acks": 1, "linger.ms": 20,
                   "batch.size": 1_000_000, "compression.type": "none"})
     value = os.urandom(1000)
-    for _ in range(megabytes * 1000):
+    for i in range(megabytes * 1000):
         while True:
             try:
-                p.produce(topic, value, partition=0)
+                p.produce(topic, value, partition=led[i % len(led)])
                 break
             except BufferError:
                 p.poll(0.01)
     assert p.flush(300) == 0
-    target = replica_view(leader, topic, 0)
-    start_end = None
+    targets = {index: replica_view(leader, topic, index) for index in led}
     # the raw loop runs just before the catch-up and just after it, as the page cache's
     # memory state drifts over a run. Each timed side starts on a quiet host: the running
     # follower has the leader's log end (with acks=1 it is still copying when flush()
     # returns) and no write-back is under way.
-    settle(fleet, leader, follower, topic, target.log_end_offset)
-    raw_before, raw_cpu_before, cold_before = raw_sendfile_rate(leader, topic, 0)
+    for index, target in targets.items():
+        settle(fleet, leader, follower, topic, target.log_end_offset, index)
+    os.sync()
+    raw_before, raw_cpu_before, cold_before = raw_sendfile_rate(leader, topic, led)
     restart_with(follower, *variant)
     cpu_before = cpu_s(follower), cpu_s(leader), cpu_s(follower, True), cpu_s(leader, True)
     spy = str(Path(sys.executable).parent / "py-spy")
@@ -273,23 +286,30 @@ def catch_up(fleet: list[Appliance], zk, bootstrap: str, megabytes: int, topic: 
              for side, appliance in (("follower", follower), ("leader", leader))
              for name, pid in appliance.pids().items() if profile and pid > 0]
     first_at = None
+    start_ends: dict[int, int] = {}
     watch_before = resource.getrusage(resource.RUSAGE_SELF)
-    with ReplicaWatch(follower, topic, 0) as watch:
+    with contextlib.ExitStack() as stack:
+        watches = {index: stack.enter_context(ReplicaWatch(follower, topic, index))
+                   for index in led}
         while True:
-            view = watch.view()
+            views = {index: watch.view() for index, watch in watches.items()}
             now = time.perf_counter()
-            if view is not None and view.log_end_offset >= 0:
-                if start_end is None:
-                    start_end = view.log_end_offset
-                elif first_at is None and view.log_end_offset > start_end:
-                    first_at, first_bytes = now, view.size_bytes
-                if view.log_end_offset >= target.log_end_offset:
-                    copied = view.size_bytes - (first_bytes if first_at else 0)
+            if all(view is not None and view.log_end_offset >= 0 for view in views.values()):
+                if not start_ends:
+                    start_ends = {i: view.log_end_offset for i, view in views.items()}
+                elif first_at is None and any(view.log_end_offset > start_ends[i]
+                                              for i, view in views.items()):
+                    first_at, first_bytes = now, sum(v.size_bytes for v in views.values())
+                if all(view.log_end_offset >= targets[i].log_end_offset
+                       for i, view in views.items()):
+                    copied = sum(v.size_bytes for v in views.values()) - (
+                        first_bytes if first_at else 0)
                     took = now - (first_at or now)
                     break
             time.sleep(0.01)
     watch_after = resource.getrusage(resource.RUSAGE_SELF)
-    hundreds = target.size_bytes / 100e6
+    total_bytes = sum(target.size_bytes for target in targets.values())
+    hundreds = total_bytes / 100e6
     watch_cpu = (watch_after.ru_utime + watch_after.ru_stime - watch_before.ru_utime
                  - watch_before.ru_stime) / hundreds
     follower_cpu = (cpu_s(follower) - cpu_before[0]) / hundreds
@@ -299,34 +319,37 @@ def catch_up(fleet: list[Appliance], zk, bootstrap: str, megabytes: int, topic: 
     for spy in spies:
         spy.send_signal(signal.SIGINT)
         spy.wait(30)
-    settle(fleet, leader, None, topic, target.log_end_offset)
-    raw_after, raw_cpu_after, cold_after = raw_sendfile_rate(leader, topic, 0)
+    for index, target in targets.items():
+        settle(fleet, leader, None, topic, target.log_end_offset, index)
+    os.sync()
+    raw_after, raw_cpu_after, cold_after = raw_sendfile_rate(leader, topic, led)
     raw, raw_cpu = (raw_before + raw_after) / 2, (raw_cpu_before + raw_cpu_after) / 2
     return {"rate": copied / took if took > 0 else float("inf"), "raw": raw,
             "raw_before": raw_before, "raw_after": raw_after,
             "raw_cold": (cold_before + cold_after) / 2,
-            "bytes": target.size_bytes, "follower_cpu": follower_cpu, "leader_cpu": leader_cpu,
+            "bytes": total_bytes, "partitions": len(led),
+            "follower_cpu": follower_cpu, "leader_cpu": leader_cpu,
             "follower_user": follower_user, "leader_user": leader_user,
             "raw_cpu": raw_cpu / hundreds, "watch_cpu": watch_cpu}
 
 
 def settle(fleet: list[Appliance], leader: Appliance, stopped: Appliance | None, topic: str,
-           end: int) -> None:
-    """Wait until every running replica of partition 0 but the leader's has `end` as its log
-    end, then write back every dirty page: the state each timed side starts from."""
+           end: int, partition: int = 0) -> None:
+    """Wait until every running replica of the partition but the leader's has `end` as its
+    log end: with the write-back of every dirty page after it (os.sync), the state each timed
+    side starts from."""
     deadline = time.monotonic() + 120
     for appliance in fleet:
         if appliance is leader or appliance is stopped:
             continue
-        with ReplicaWatch(appliance, topic, 0) as watch:
+        with ReplicaWatch(appliance, topic, partition) as watch:
             while (view := watch.view()) is None or view.log_end_offset < end:
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"a replica of {topic}-0 never reached {end}")
+                    raise RuntimeError(f"a replica of {topic}-{partition} never reached {end}")
                 time.sleep(0.05)
-    os.sync()
 
 
-def raw_sendfile_rate(appliance: Appliance, topic: str, partition: int
+def raw_sendfile_rate(appliance: Appliance, topic: str, partitions: list[int]
                       ) -> tuple[float, float, float]:
     """sendfile of the partition's segment files over loopback TCP into a file, written as a
     follower writes its segment (a preallocated file, pwrite from one reused buffer): (bytes/s,
@@ -339,8 +362,8 @@ def raw_sendfile_rate(appliance: Appliance, topic: str, partition: int
     sendfile side alone ran at 2.4-3.3 GB/s either way). Which timed side happened to meet
     that cost decided the ratio (0.3 to 5 in one evening), so the floor is the warm pass: the
     copy at its best."""
-    files = sorted(p for d in appliance.log_dirs
-                   for p in (Path(d) / f"{topic}-{partition}").glob("*.log"))
+    files = [p for partition in partitions for p in sorted(
+        p for d in appliance.log_dirs for p in (Path(d) / f"{topic}-{partition}").glob("*.log"))]
     out_path = Path(appliance.log_dirs[0]).parent / "raw-copy.bin"
     first, _ = raw_copy(files, out_path)
     rate, cpu = raw_copy(files, out_path)
@@ -396,6 +419,8 @@ def main() -> None:
     parser.add_argument("--only", default="acks,catchup,failover",
                         help="comma-separated sections: acks, catchup, failover")
     parser.add_argument("--catchup-mb", type=int, default=0)
+    parser.add_argument("--catchup-partitions", type=int, default=1,
+                        help="partitions of the catch-up topic (catch_up says how they are used)")
     parser.add_argument("--variants", type=int, default=2,
                         help="catch-up variants per round (1: the first of the round's order)")
     parser.add_argument("--variant", choices=("before", "after"), default=None,
@@ -433,9 +458,10 @@ def main() -> None:
                 c = catch_up(fleet, zk, bootstrap, mb, f"catchup-{name}-{i}",
                              variants[name], f"{args.profile.removesuffix('.data')}-{name}-{i}"
                              + (".data" if args.profile.endswith(".data") else "")
-                             if args.profile else "")
+                             if args.profile else "", args.catchup_partitions)
                 print(f"follower catch-up ({name}, round {i + 1}): {c['rate'] / 1e6:,.0f} "
-                      f"MB/s over {c['bytes'] / 1e6:,.0f} MB; raw sendfile of the same "
+                      f"MB/s over {c['bytes'] / 1e6:,.0f} MB in {c['partitions']} "
+                      f"partition(s); raw sendfile of the same "
                       f"segment files into a file: {c['raw'] / 1e6:,.0f} MB/s (mean of "
                       f"{c['raw_before'] / 1e6:,.0f} before and {c['raw_after'] / 1e6:,.0f} "
                       f"after, each the second pass; ratio {c['rate'] / c['raw']:.2f}; their "
