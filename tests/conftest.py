@@ -90,6 +90,51 @@ def free_port() -> int:
     return free_ports(1)
 
 
+# every appliance this test process started: the regions they leave are swept at the end
+_STARTED: list[Appliance] = []
+
+
+def _mapped_shm_names() -> set[str]:
+    """The names of the klog regions some process on this host still maps."""
+    names = set()
+    for maps in Path("/proc").glob("[0-9]*/maps"):
+        with contextlib.suppress(OSError):
+            for line in maps.read_text().splitlines():
+                at = line.find("/dev/shm/klog-")
+                if at >= 0:
+                    names.add(line[at + len("/dev/shm/"):].split()[0])
+    return names
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _sweep_shm_regions():
+    """A supervisor killed with SIGKILL (the fault tests do it on purpose) cannot unlink its
+    shared-memory region. A start reclaims it (tests/appliance/test_supervisor.py checks
+    that), but the region of an appliance never started again outlived the run: 16 MB of
+    this host's memory in /dev/shm each, six of them after one `make test`. At the end of
+    the session, the regions of this process's appliances that no process maps any longer
+    go. Only its own: another pytest-xdist worker's appliances may be between a kill and
+    the start that reclaims."""
+    yield
+    from appliance.config import load_config
+    from appliance.shm.region import region_name, unlink_region
+
+    left = []
+    for appliance in _STARTED:
+        if appliance.process is not None and appliance.process.poll() is None:
+            continue  # still running: stopped with this process (_stop_with_parent)
+        with contextlib.suppress(Exception):  # a test may have broken its config on purpose
+            config = load_config(appliance.config)
+            name = region_name(config.broker_id, config.log_dirs[0])
+            if Path("/dev/shm", name.lstrip("/")).exists():
+                left.append(name)
+    if left:
+        mapped = _mapped_shm_names()
+        for name in left:
+            if name.lstrip("/") not in mapped:
+                unlink_region(name)
+
+
 class Appliance:
     """An appliance run as `klog appliance run` in a child process, stopped by the test.
 
@@ -137,6 +182,8 @@ class Appliance:
         # the time allowed to come up, not a measure of it: a loaded 2-core host has
         # taken more than 20 s
         self._stderr = open(self.stderr_path, "ab")  # noqa: SIM115 (open while the child runs)
+        if self not in _STARTED:
+            _STARTED.append(self)
         self.process = subprocess.Popen(
             [*self.command_prefix, sys.executable, "-m", "klog_cli.main", "appliance", "run",
              "--config", str(self.config)],
