@@ -290,6 +290,10 @@ class Supervisor:
         pending = [w.next_start_at for w in self.workers.values() if not w.pid and not w.failed]
         if pending and not self._stopping:
             timeout = min(timeout, max(0.0, min(pending) - time.monotonic()))
+        if self.fleet is not None:  # an ISR growth held back for a moment (control/fleet.py)
+            due = self.control.decider.next_due()
+            if due is not None:
+                timeout = min(timeout, max(0.0, due - time.monotonic()))
         try:
             readable, _, _ = select.select([self._wake_r, *channels], [], [], timeout)
         except InterruptedError:

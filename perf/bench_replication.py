@@ -20,7 +20,10 @@ Three appliances (two workers each) and a three-server ZooKeeper on this host:
   and just after the catch-up, each time from a quiet host (the other follower caught up,
   no write-back under way) and twice, the second pass timed (`raw_sendfile_rate` says why);
   the ratio is to the mean of the two timed passes. One partition unless
-  `--catchup-partitions N` (`catch_up` says how the bytes then spread). Rates on this shared host
+  `--catchup-partitions N` (`catch_up` says how the bytes then spread). With
+  `--idle-partitions N` the fleet also holds a topic of N idle partitions: a restarted broker
+  rejoins each of their ISRs while it catches up, as one in a real fleet does. Rates on this
+  shared host
   swing with the load; the CPU seconds spent per 100 MB (the follower's and the leader's
   worker processes; both ends of the raw loop) vary much less. The script watches the
   follower's progress in its shm region every 10 ms and prints what the watch cost: it
@@ -421,6 +424,9 @@ def main() -> None:
     parser.add_argument("--catchup-mb", type=int, default=0)
     parser.add_argument("--catchup-partitions", type=int, default=1,
                         help="partitions of the catch-up topic (catch_up says how they are used)")
+    parser.add_argument("--idle-partitions", type=int, default=0,
+                        help="a topic of this many idle partitions (factor 3) in the fleet: "
+                        "the restarted follower rejoins each ISR during its catch-up")
     parser.add_argument("--variants", type=int, default=2,
                         help="catch-up variants per round (1: the first of the round's order)")
     parser.add_argument("--variant", choices=("before", "after"), default=None,
@@ -437,6 +443,9 @@ def main() -> None:
     samples = 200 if args.quick else 2000
     kills = 1 if args.quick else 20
     topics = [NewTopic("rf1", 6, 1), NewTopic("rf3", 6, 3, config={"min.insync.replicas": "2"})]
+    if args.idle_partitions:  # small segments: each replica preallocates one (README)
+        topics.append(NewTopic("idle", args.idle_partitions, 3, config={
+            "segment.bytes": str(1 << 20), "segment.index.bytes": str(64 << 10)}))
     with tempfile.TemporaryDirectory() as tmp, running_fleet(Path(tmp), topics) as (
             ensemble, fleet):
         bootstrap = ",".join(a.bootstrap for a in fleet)

@@ -2,7 +2,14 @@
 `FleetRelay` turns the fleet's `FleetView` into the appliance's `TopicInfo`s and tells its
 listeners what changed, driven here by a fleet whose views the test writes out."""
 
-from appliance.control.fleet import FleetRelay, FleetTopic, FleetView, local_owners
+from appliance.control.fleet import (
+    ISR_GROWTH_COALESCE_S,
+    FleetRelay,
+    FleetTopic,
+    FleetView,
+    isr_only_grew,
+    local_owners,
+)
 from appliance.control.topics import (
     FleetNode,
     PartitionLeadership,
@@ -63,11 +70,22 @@ class Heard:
         self.calls.append(args)
 
 
-def following(first: FleetView) -> tuple[FleetRelay, ScriptedFleet, Heard, Heard]:
+class Clock:
+    """A monotonic clock the test moves."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def following(first: FleetView, clock=None) -> tuple[FleetRelay, ScriptedFleet, Heard, Heard]:
     """FleetRelay on `first`, refreshed once, its listeners' record emptied after."""
     fleet = ScriptedFleet(first)
     decisions = FleetRelay(fleet, broker_id=BROKER_ID, defaults=LogConfig(),
-                           default_partitions=3, default_replication_factor=2)
+                           default_partitions=3, default_replication_factor=2,
+                           **({} if clock is None else {"clock": clock}))
     topics, nodes = Heard(), Heard()
     decisions.add_listener(topics)
     decisions.add_fleet_listener(nodes)
@@ -202,3 +220,89 @@ def test_local_owners_are_this_appliances_worker_per_partition_or_minus_one():
     assert local_owners(leadership, BROKER_ID) == (0, 1, -1, 0)
     assert local_owners(leadership, 3) == (-1, -1, 0, -1)
     assert local_owners((), BROKER_ID) == ()
+
+
+# ISR growth, told together (the module docstring of appliance/control/fleet.py) ------------
+
+def with_isr(topic: FleetTopic, index: int, isr: tuple[int, ...], **changes) -> FleetTopic:
+    """`topic` with partition `index`'s ISR (and any other field in `changes`) replaced."""
+    states = list(topic.leadership)
+    old = states[index]
+    states[index] = type(old)(changes.get("leader", old.leader),
+                              changes.get("leader_epoch", old.leader_epoch), old.replicas, isr)
+    return FleetTopic(topic.name, tuple(states), topic.configs)
+
+
+SHRUNK = FleetTopic("orders", tuple(type(s)(s.leader, s.leader_epoch, s.replicas, s.replicas[:1])
+                                    for s in ORDERS.leadership), ORDERS.configs)
+
+
+def test_isr_growths_within_the_window_are_told_once_at_its_end_with_the_latest_state():
+    clock = Clock()
+    decisions, fleet, topics, _ = following(view(SHRUNK, CLICKS), clock)
+    clock.now += 0.01  # within the window after the first view was told
+    one = with_isr(SHRUNK, 0, ORDERS.leadership[0].isr)
+    fleet.current = view(one, CLICKS)
+    decisions.refresh()
+    assert topics.calls == []
+    assert decisions.next_due() == 1000.0 + ISR_GROWTH_COALESCE_S
+    assert decisions.topic("orders").leadership[0].isr == (100,)  # what the workers know
+    clock.now += 0.05
+    two = with_isr(one, 1, ORDERS.leadership[1].isr)
+    fleet.current = view(two, CLICKS)
+    decisions.refresh()
+    decisions.refresh()  # the same view again: still held back
+    assert topics.calls == []
+    clock.now = decisions.next_due()
+    decisions.refresh()  # the same view as the last refresh, but the held-back change is due
+    assert [(name, info.leadership) for name, info in topics.calls] == [
+        ("orders", two.leadership)]
+    assert decisions.next_due() is None
+    decisions.refresh()
+    assert len(topics.calls) == 1
+
+
+def test_an_isr_growth_after_a_quiet_window_is_told_at_once():
+    clock = Clock()
+    decisions, fleet, topics, _ = following(view(SHRUNK), clock)
+    clock.now += ISR_GROWTH_COALESCE_S
+    grown = with_isr(SHRUNK, 2, ORDERS.leadership[2].isr)
+    fleet.current = view(grown)
+    decisions.refresh()
+    assert [info.leadership for _, info in topics.calls] == [grown.leadership]
+    assert decisions.next_due() is None
+
+
+def test_a_shrinking_isr_or_a_new_leader_is_told_at_once_with_what_was_held_back():
+    clock = Clock()
+    decisions, fleet, topics, _ = following(view(SHRUNK), clock)
+    grown = with_isr(SHRUNK, 0, ORDERS.leadership[0].isr)
+    fleet.current = view(grown)
+    decisions.refresh()
+    assert topics.calls == []  # held back
+    clock.now += 0.01
+    shrunk = with_isr(grown, 1, ())  # the controller dropped a replica: told now
+    fleet.current = view(shrunk)
+    decisions.refresh()
+    assert [info.leadership for _, info in topics.calls] == [shrunk.leadership]
+    clock.now += 0.01
+    moved = with_isr(shrunk, 2, (300,), leader=300, leader_epoch=1)
+    fleet.current = view(moved)
+    decisions.refresh()
+    assert [info.leadership for _, info in topics.calls][-1] == moved.leadership
+    assert decisions.next_due() is None
+
+
+def test_isr_only_grew_means_nothing_else_changed():
+    told = TopicInfo("orders", owners=(1, 1, 0), leadership=SHRUNK.leadership)
+    grown = with_isr(SHRUNK, 0, (100, 201))
+    assert isr_only_grew(told, TopicInfo("orders", owners=(1, 1, 0),
+                                         leadership=grown.leadership))
+    assert not isr_only_grew(told, TopicInfo("orders", owners=(1, 1, 0),
+                                             leadership=with_isr(SHRUNK, 0, ()).leadership))
+    assert not isr_only_grew(told, TopicInfo("orders", owners=(1, 1, 0), leadership=with_isr(
+        SHRUNK, 0, (100, 201), leader_epoch=1).leadership))
+    assert not isr_only_grew(told, TopicInfo("orders", owners=(1, 0, 0),
+                                             leadership=grown.leadership))
+    assert not isr_only_grew(told, TopicInfo("orders", owners=(1, 1, 0), configs={"a": "b"},
+                                             leadership=grown.leadership))
