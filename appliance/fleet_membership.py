@@ -259,17 +259,19 @@ class FleetMembership:
         result = self.member.delete_topic(name)
         return TopicResult(name, result.error, result.message)
 
-    def alter_partition(self, request: AlterPartition, leader: int) -> ErrorCode:
+    def alter_partitions(self, asks: list[tuple[AlterPartition, int]]) -> list[ErrorCode]:
+        """Local leaders' ISR changes, each (request, its node id), together: one pipelined
+        read and one multi for a burst of them (cluster/isr.py)."""
         if not self.member.wait_connected(ISR_WAIT_S):
-            return ErrorCode.REQUEST_TIMED_OUT
+            return [ErrorCode.REQUEST_TIMED_OUT] * len(asks)
         try:
-            error = self.member.alter_partition(request.topic, request.partition,
-                                                request.leader_epoch, request.isr, leader)
+            errors = self.member.alter_partitions([
+                (r.topic, r.partition, r.leader_epoch, r.isr, leader) for r, leader in asks])
         except ZooKeeperUnavailable as exc:
-            log.warning("ISR of %s-%d not changed: %s", request.topic, request.partition, exc)
-            return ErrorCode.REQUEST_TIMED_OUT
+            log.warning("ISR of %d partition(s) not changed: %s", len(asks), exc)
+            return [ErrorCode.REQUEST_TIMED_OUT] * len(asks)
         self.member.wake()
-        return error
+        return errors
 
     def cluster_admin(self, op: str, args: str) -> tuple[ErrorCode, str | None]:
         """A fleet admin request relayed by a worker (cluster/admin_requests.py)."""

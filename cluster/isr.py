@@ -18,6 +18,13 @@ own for one conditional write; the version check is all the safety there is to g
   but the controller took it out so that acks=all stops waiting for it. The requests are
   read after the state, so a removal the state shows is never undone by a stale view.
 
+Many at once (`alter_partitions`): a broker that comes back rejoins the ISR of every partition
+it holds within a second, and each change as above costs three round trips and a note that
+every appliance then reads. So the asks that reach the supervisor together are read in one
+pipelined round trip and written in one multi (and one note) per BATCH states; a multi is
+all or nothing, so when one of its states changed meanwhile (BadVersion) each of its asks is
+done again alone, by `alter_partition`, which re-reads and decides again.
+
 The written state keeps the controller epoch it had: that field records which controller
 last elected, which this write does not change. It goes with its note, in one multi
 (`state_changes.py`): the other appliances follow states by their notes, not by watches.
@@ -26,6 +33,7 @@ last elected, which this write does not change. It goes with its note, in one mu
 from __future__ import annotations
 
 import logging
+from typing import NamedTuple
 
 from cluster import state_changes, znodes
 from cluster.leadership import nodes_of
@@ -35,6 +43,18 @@ from klog.protocol.error_codes import ErrorCode
 log = logging.getLogger(__name__)
 
 ATTEMPTS = 5
+BATCH = 200  # states per multi of `alter_partitions` (and per note: state_changes.MAX_STATES)
+
+
+class IsrAsk(NamedTuple):
+    """One leader's ask: `alter_partition`'s arguments."""
+
+    topic: str
+    partition: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    leader: int
+    replicas: tuple[int, ...] | None = None
 
 
 def alter_partition(session: Session, topic: str, partition: int, leader_epoch: int,
@@ -77,6 +97,72 @@ def alter_partition(session: Session, topic: str, partition: int, leader_epoch: 
                  leader, leader_epoch, list(state.isr), list(isr))
         return ErrorCode.NONE
     return ErrorCode.REQUEST_TIMED_OUT
+
+
+def alter_partitions(session: Session, asks: list[IsrAsk]) -> list[ErrorCode]:
+    """`alter_partition` for each of `asks`, together (module docstring); an ErrorCode per
+    ask, in order. Raises ZooKeeperUnavailable."""
+    results: list[ErrorCode | None] = [None] * len(asks)
+    valid = []
+    for i, ask in enumerate(asks):
+        if ask.leader not in ask.isr or (ask.replicas is not None and
+                                         any(r not in ask.replicas for r in ask.isr)):
+            results[i] = ErrorCode.INVALID_REQUEST
+        else:
+            valid.append(i)
+    paths = [znodes.state_path(asks[i].topic, asks[i].partition) for i in valid]
+    shutting = None
+    writes = []  # (ask's index, path, new state, version read, state read)
+    for i, path, got in zip(valid, paths, session.get_many(paths), strict=True):
+        ask = asks[i]
+        if got is None:
+            results[i] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            continue
+        data, stat = got
+        state = znodes.PartitionState.decode(data, path)
+        if state.leader != ask.leader or state.leader_epoch != ask.leader_epoch:
+            results[i] = (ErrorCode.FENCED_LEADER_EPOCH if state.leader_epoch > ask.leader_epoch
+                          else ErrorCode.NOT_LEADER_OR_FOLLOWER)
+            continue
+        if sorted(state.isr) == sorted(ask.isr):
+            results[i] = ErrorCode.NONE
+            continue
+        added = set(ask.isr) - set(state.isr)
+        if added:
+            if shutting is None:  # read after the states, as alter_partition does
+                shutting = _shutting_down(session)
+            if nodes_of(shutting, added):
+                results[i] = ErrorCode.INELIGIBLE_REPLICA
+                continue
+        new = znodes.PartitionState(ask.leader, ask.leader_epoch, tuple(ask.isr),
+                                    state.controller_epoch)
+        writes.append((i, path, new, stat.version, state))
+    chunks = [writes[start:start + BATCH] for start in range(0, len(writes), BATCH)]
+
+    def build(chunk):
+        def write(tx):
+            for _, path, new, version, _ in chunk:
+                tx.set_data(path, new.encode(), version=version)
+            tx.create(state_changes.PREFIX, state_changes.encode(
+                [(path, new, version + 1) for _, path, new, version, _ in chunk]),
+                sequence=True)
+        return write
+    outcomes = session.transactions([build(chunk) for chunk in chunks]) if chunks else []
+    for chunk, outcome in zip(chunks, outcomes, strict=True):
+        if isinstance(outcome, Exception) or any(isinstance(r, Exception) for r in outcome):
+            for i, *_ in chunk:  # one of them changed meanwhile: each alone, deciding again
+                ask = asks[i]
+                results[i] = alter_partition(session, ask.topic, ask.partition,
+                                             ask.leader_epoch, ask.isr, ask.leader,
+                                             ask.replicas)
+            continue
+        for i, _, new, _, state in chunk:
+            ask = asks[i]
+            log.info("%s-%d: leader %d (epoch %d) changed the ISR %s -> %s", ask.topic,
+                     ask.partition, ask.leader, ask.leader_epoch, list(state.isr),
+                     list(new.isr))
+            results[i] = ErrorCode.NONE
+    return results  # type: ignore[return-value]
 
 
 def _shutting_down(session: Session) -> list[int]:

@@ -418,16 +418,19 @@ class ClusterMember:
         self.wait_for(lambda s: name not in s.topics, CREATE_WAIT_S)
         return AdminResult()
 
-    def alter_partition(self, topic: str, partition: int, leader_epoch: int,
-                        isr: tuple[int, ...], leader: int) -> ErrorCode:
-        """A local leader's ISR change (`cluster.isr`: a conditional set by the leader's
-        appliance). Raises ZooKeeperUnavailable."""
-        topic_state = self._snapshot.topics.get(topic)
-        replicas = topic_state.replicas.get(partition) if topic_state is not None else None
-        error = isr_changes.alter_partition(self.session, topic, partition, leader_epoch, isr,
-                                            leader, replicas)
+    def alter_partitions(self, asks: list[tuple[str, int, int, tuple[int, ...], int]]
+                         ) -> list[ErrorCode]:
+        """Local leaders' ISR changes, each (topic, partition, leader_epoch, isr, leader),
+        together (`cluster.isr.alter_partitions`: conditional sets by the leader's appliance).
+        Raises ZooKeeperUnavailable."""
+        topics = self._snapshot.topics
+        errors = isr_changes.alter_partitions(self.session, [
+            isr_changes.IsrAsk(topic, partition, epoch, isr, leader,
+                               topics[topic].replicas.get(partition) if topic in topics
+                               else None)
+            for topic, partition, epoch, isr, leader in asks])
         self.wake()
-        return error
+        return errors
 
     def allocate_producer_ids(self) -> range:
         """A block of producer ids no other appliance will hand out (Kafka's conditional set

@@ -40,9 +40,9 @@ class LocalDecider:
     def allocate_producer_id(self) -> int:
         return self._producer_ids.allocate()
 
-    def alter_partition(self, request: AlterPartition, leader: int) -> ErrorCode:
+    def alter_partitions(self, asks: list[tuple[AlterPartition, int]]) -> list[ErrorCode]:
         """Alone there is no replication, so no ISR to change."""
-        return ErrorCode.INVALID_REQUEST
+        return [ErrorCode.INVALID_REQUEST] * len(asks)
 
     def cluster_admin(self, op: str, args: str) -> tuple[ErrorCode, str | None]:
         """Alone the workers answer cluster admin requests themselves (a single node)."""

@@ -190,12 +190,13 @@ class FleetRelay:
         self.refresh()
         return answer
 
-    def alter_partition(self, request: AlterPartition, leader: int) -> ErrorCode:
-        """`leader`, a local worker's node id, asks for a new ISR (see `cluster.isr`); the
-        workers hear of the new state with the fleet's next snapshot."""
-        error = self.fleet.alter_partition(request, leader)
+    def alter_partitions(self, asks: list[tuple[AlterPartition, int]]) -> list[ErrorCode]:
+        """A local leader's ISR changes, each (request, its node id), together: one
+        pipelined read and one multi (cluster/isr.py); the workers hear of the new states
+        with the fleet's next snapshot."""
+        errors = self.fleet.alter_partitions(asks)
         self.refresh()
-        return error
+        return errors
 
     # following the fleet -------------------------------------------------------------------
 

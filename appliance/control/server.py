@@ -135,8 +135,16 @@ class ControlServer:
             if not data:
                 raise ControlChannelError("worker closed its control channel")
             channel.reader.feed(data)
-            for message in channel.reader.messages():
-                self._serve(channel, message)
+            asks = []  # AlterPartitions: answered together, after the others of this read
+            try:
+                for message in channel.reader.messages():
+                    if isinstance(message, AlterPartition):
+                        asks.append(message)
+                    else:
+                        self._serve(channel, message)
+            finally:
+                if asks:
+                    self._alter_partitions(channel, asks)
         except (ControlChannelError, OSError) as exc:
             log.info("control channel of worker %d: %s", channel.index, exc)
             self.detach(channel.index)
@@ -168,9 +176,16 @@ class ControlServer:
                               request: AllocateProducerId) -> Reply:
         return Reply(request.id, producer_id=self.decider.allocate_producer_id())
 
-    def _alter_partition(self, channel: WorkerChannel, request: AlterPartition) -> Reply:
+    def _alter_partition(self, channel: WorkerChannel, request: AlterPartition) -> None:
+        self._alter_partitions(channel, [request])
+
+    def _alter_partitions(self, channel: WorkerChannel, requests: list[AlterPartition]) -> None:
+        """The ISR changes one read brought, in one go: a worker whose follower came back
+        asks for hundreds within a step of its loop (cluster/isr.py `alter_partitions`)."""
         leader = node_id_for(self.broker_id, channel.index)
-        return Reply(request.id, error=self.decider.alter_partition(request, leader))
+        errors = self.decider.alter_partitions([(request, leader) for request in requests])
+        for request, error in zip(requests, errors, strict=True):
+            channel.send(Reply(request.id, error=error))
 
     def _create_acls(self, channel: WorkerChannel, request: CreateAcls) -> Reply:
         if self.acls is None:

@@ -243,3 +243,54 @@ def test_a_note_that_does_not_parse_makes_the_follower_read_everything_again(ses
     session.call("create", state_changes.PREFIX, b"not a note", sequence=True)
     assert follower.poll() == 0
     assert missed.is_set()
+
+
+def test_many_isr_changes_go_in_one_multi_with_one_note_each_answered(session, monkeypatch):
+    """A burst of leaders' ISR asks (a broker back in every ISR, `isr.alter_partitions`):
+    read together, written in one multi per BATCH with one note each, and every ask gets
+    what `alter_partition` alone would have answered."""
+    monkeypatch.setattr(isr_changes, "BATCH", 8)
+    make_topic(session, "burst", 12)
+    shrunk = znodes.PartitionState(100, 0, (100, 200), 1).encode()
+    for p in range(12):
+        session.call("set", znodes.state_path("burst", p), shrunk)
+    before = len(notes(session))
+    replicas = (100, 200, 300)
+    asks = [isr_changes.IsrAsk("burst", p, 0, replicas, 100, replicas) for p in range(10)]
+    asks += [
+        isr_changes.IsrAsk("burst", 10, 1, replicas, 100, replicas),  # an epoch ahead
+        isr_changes.IsrAsk("burst", 11, 0, (200, 300), 100, replicas),  # leader not in it
+        isr_changes.IsrAsk("burst", 99, 0, replicas, 100, None),  # no such partition
+        isr_changes.IsrAsk("burst", 11, 0, (100, 200), 100, replicas),  # already so
+    ]
+    errors = isr_changes.alter_partitions(session, asks)
+    assert errors == [ErrorCode.NONE] * 10 + [
+        ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.INVALID_REQUEST,
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.NONE]
+    states = [znodes.PartitionState.decode(data, "")
+              for data, _ in session.get_many([znodes.state_path("burst", p)
+                                               for p in range(12)])]
+    assert [s.isr for s in states] == [replicas] * 10 + [(100, 200)] * 2
+    written = notes(session)[before:]
+    assert len(written) == 2  # ten states, eight per multi: two multis, a note each
+    changes = [c for name, data, stat in written
+               for c in state_changes.decode(data, stat.czxid, name)]
+    assert sorted((c.partition, c.state.isr) for c in changes) == [
+        (p, replicas) for p in range(10)]
+
+
+def test_a_burst_whose_multi_fails_is_done_again_one_ask_at_a_time(session):
+    """Two asks for one partition in one burst: the multi holding both fails (the second
+    write's version is stale once the first is applied), and each ask is then done alone,
+    in order, re-reading the state each time: the later one wins, as one at a time would."""
+    make_topic(session, "twice", 2)
+    replicas = (100, 200, 300)
+    asks = [isr_changes.IsrAsk("twice", 0, 0, (100, 200), 100, replicas),
+            isr_changes.IsrAsk("twice", 1, 0, (100, 300), 100, replicas),
+            isr_changes.IsrAsk("twice", 0, 0, (100,), 100, replicas)]
+    before = len(notes(session))
+    assert isr_changes.alter_partitions(session, asks) == [ErrorCode.NONE] * 3
+    isrs = [znodes.PartitionState.decode(data, "").isr for data, _ in session.get_many(
+        [znodes.state_path("twice", p) for p in range(2)])]
+    assert isrs == [(100,), (100, 300)]
+    assert len(notes(session)) - before == 3  # each state written alone, each with a note
