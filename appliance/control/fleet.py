@@ -15,8 +15,9 @@ it holds within seconds, one ZooKeeper write per partition, and each write chang
 each worker of every appliance was sent the whole topic again and applied it whole, so a
 topic of P partitions cost each worker P decodes and applies of P partitions. With 300
 partitions that was half of every worker's CPU for about six seconds, and a follower catching
-up meanwhile copied at 0.1 GB/s instead of 1.4-1.9 (`perf/bench_replication.py
---idle-partitions 300`). Now a change that only adds replicas to ISRs (same leaders, epochs,
+up meanwhile copied at 0.1 GB/s, against 1.4-2.0 in a fleet without those partitions
+(`perf/bench_replication.py --idle-partitions 300`; with this and the ISR writes batched,
+`cluster/isr.py`, 0.7-1.3 GB/s). Now a change that only adds replicas to ISRs (same leaders, epochs,
 replicas, owners and configs as the workers were last told) is told at once when the topic was
 last told `ISR_GROWTH_COALESCE_S` ago or more, else with the others at the end of that window
 (`next_due` tells the supervisor's loop when). Every other change, a shrinking ISR among them,
