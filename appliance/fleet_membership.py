@@ -270,8 +270,7 @@ class FleetMembership:
         except ZooKeeperUnavailable as exc:
             log.warning("ISR of %d partition(s) not changed: %s", len(asks), exc)
             return [ErrorCode.REQUEST_TIMED_OUT] * len(asks)
-        self.member.wake()
-        return errors
+        return errors  # the member woke its pass: the supervisor follows the new states
 
     def cluster_admin(self, op: str, args: str) -> tuple[ErrorCode, str | None]:
         """A fleet admin request relayed by a worker (cluster/admin_requests.py)."""

@@ -85,7 +85,6 @@ class ControlServer:
             DeleteTopic: self._delete_topic,
             CreatePartitions: self._create_partitions,
             AllocateProducerId: self._allocate_producer_id,
-            AlterPartition: self._alter_partition,
             CreateAcls: self._create_acls,
             DeleteAcls: self._delete_acls,
             AlterScram: self._alter_scram,
@@ -175,9 +174,6 @@ class ControlServer:
     def _allocate_producer_id(self, channel: WorkerChannel,
                               request: AllocateProducerId) -> Reply:
         return Reply(request.id, producer_id=self.decider.allocate_producer_id())
-
-    def _alter_partition(self, channel: WorkerChannel, request: AlterPartition) -> None:
-        self._alter_partitions(channel, [request])
 
     def _alter_partitions(self, channel: WorkerChannel, requests: list[AlterPartition]) -> None:
         """The ISR changes one read brought, in one go: a worker whose follower came back
