@@ -103,6 +103,7 @@ class GroupReader:
                                   "auto.offset.reset": "earliest", "enable.auto.commit": True,
                                   "statistics.interval.ms": 500, "stats_cb": self._stats})
         self.read: dict[int, list[tuple[int, int]]] = {}
+        self.errors: list[str] = []  # what the consumer reported, for a failure's message
         self.fetching_from: dict[int, int] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -117,7 +118,9 @@ class GroupReader:
         self.consumer.subscribe([self.topic])
         while not self._stop.is_set():
             for message in self.consumer.consume(500, timeout=0.5):
-                if not message.error():
+                if message.error():
+                    self.errors.append(f"{message.partition()}: {message.error()}")
+                else:
                     self.read.setdefault(message.partition(), []).append(
                         (message.offset(), int(message.value())))
         self.consumer.close()
@@ -265,8 +268,15 @@ def test_a_fourth_appliance_takes_its_share_under_load(fleet, zk, tmp_path):
     wait_until(lambda: all(reader.fetching_from.get(p) == partition_state(zk, TOPIC, p)["leader"]
                            for p in range(PARTITIONS)), 30, "the group to fetch from the leaders")
     wanted = set(writer.acked.values())
-    wait_until(lambda: wanted <= {v for got in reader.read.values() for _, v in got}, 60,
-               "the group to read every acknowledged value")
+    try:
+        wait_until(lambda: wanted <= {v for got in reader.read.values() for _, v in got}, 60,
+                   "the group to read every acknowledged value")
+    except AssertionError as exc:  # what the group lacks, and what its consumer said
+        missing = wanted - {v for got in reader.read.values() for _, v in got}
+        last = {p: got[-1][0] for p, got in reader.read.items()}
+        raise AssertionError(f"{exc}: {len(missing)} value(s) unread; last offset read per "
+                             f"partition {last}; consumer errors {reader.errors[-10:]}"
+                             ) from None
     reader.stop()
     for partition, got in reader.read.items():
         offsets = [o for o, _ in got]
