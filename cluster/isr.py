@@ -63,24 +63,20 @@ def alter_partition(session: Session, topic: str, partition: int, leader_epoch: 
     """Make `isr` the ISR of `topic`-`partition` if `leader` still leads it in
     `leader_epoch`. The ISR must hold the leader and (when known) only replicas. Raises
     ZooKeeperUnavailable."""
-    path = znodes.state_path(topic, partition)
-    if leader not in isr or (replicas is not None and any(r not in replicas for r in isr)):
+    ask = IsrAsk(topic, partition, leader_epoch, isr, leader, replicas)
+    if _malformed(ask):
         return ErrorCode.INVALID_REQUEST
+    path = znodes.state_path(topic, partition)
     for _ in range(ATTEMPTS):
         try:
             data, stat = session.call("get", path)
         except NoNodeError:
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         state = znodes.PartitionState.decode(data, path)
-        if state.leader != leader or state.leader_epoch != leader_epoch:
-            return (ErrorCode.FENCED_LEADER_EPOCH if state.leader_epoch > leader_epoch
-                    else ErrorCode.NOT_LEADER_OR_FOLLOWER)
-        if sorted(state.isr) == sorted(isr):
-            return ErrorCode.NONE
-        added = set(isr) - set(state.isr)
-        if added and nodes_of(_shutting_down(session), added):
-            return ErrorCode.INELIGIBLE_REPLICA
-        new = znodes.PartitionState(leader, leader_epoch, tuple(isr), state.controller_epoch)
+        answer = _answer_without_write(ask, state, lambda: _shutting_down(session))
+        if answer is not None:
+            return answer
+        new = _new_state(ask, state)
         # with its note, in one transaction: the other appliances follow states by notes
         results = session.transaction(lambda tx, v=stat.version, new=new: (
             tx.set_data(path, new.encode(), version=v),
@@ -93,10 +89,41 @@ def alter_partition(session: Session, topic: str, partition: int, leader_epoch: 
         if any(isinstance(r, Exception) for r in results):
             log.error("%s-%d: the ISR change was refused: %s", topic, partition, results)
             return ErrorCode.UNKNOWN_SERVER_ERROR
-        log.info("%s-%d: leader %d (epoch %d) changed the ISR %s -> %s", topic, partition,
-                 leader, leader_epoch, list(state.isr), list(isr))
+        _log_change(ask, state)
         return ErrorCode.NONE
     return ErrorCode.REQUEST_TIMED_OUT
+
+
+def _malformed(ask: IsrAsk) -> bool:
+    """An ISR without its leader, or (when they are known) with a non-replica."""
+    return ask.leader not in ask.isr or (ask.replicas is not None and
+                                         any(r not in ask.replicas for r in ask.isr))
+
+
+def _answer_without_write(ask: IsrAsk, state: znodes.PartitionState,
+                          shutting_down) -> ErrorCode | None:
+    """The answer when `state` (read now) leaves nothing to write, else None.
+    `shutting_down()` lists the appliances in a controlled shutdown; it is asked only when
+    the ask adds replicas, after the state was read (module docstring)."""
+    if state.leader != ask.leader or state.leader_epoch != ask.leader_epoch:
+        return (ErrorCode.FENCED_LEADER_EPOCH if state.leader_epoch > ask.leader_epoch
+                else ErrorCode.NOT_LEADER_OR_FOLLOWER)
+    if sorted(state.isr) == sorted(ask.isr):
+        return ErrorCode.NONE
+    added = set(ask.isr) - set(state.isr)
+    if added and nodes_of(shutting_down(), added):
+        return ErrorCode.INELIGIBLE_REPLICA
+    return None
+
+
+def _new_state(ask: IsrAsk, state: znodes.PartitionState) -> znodes.PartitionState:
+    return znodes.PartitionState(ask.leader, ask.leader_epoch, tuple(ask.isr),
+                                 state.controller_epoch)
+
+
+def _log_change(ask: IsrAsk, state: znodes.PartitionState) -> None:
+    log.info("%s-%d: leader %d (epoch %d) changed the ISR %s -> %s", ask.topic, ask.partition,
+             ask.leader, ask.leader_epoch, list(state.isr), list(ask.isr))
 
 
 def alter_partitions(session: Session, asks: list[IsrAsk]) -> list[ErrorCode]:
@@ -105,38 +132,28 @@ def alter_partitions(session: Session, asks: list[IsrAsk]) -> list[ErrorCode]:
     results: list[ErrorCode | None] = [None] * len(asks)
     valid = []
     for i, ask in enumerate(asks):
-        if ask.leader not in ask.isr or (ask.replicas is not None and
-                                         any(r not in ask.replicas for r in ask.isr)):
+        if _malformed(ask):
             results[i] = ErrorCode.INVALID_REQUEST
         else:
             valid.append(i)
     paths = [znodes.state_path(asks[i].topic, asks[i].partition) for i in valid]
-    shutting = None
+    shutting: list[int] | None = None
+
+    def shutting_down() -> list[int]:  # read once for the burst, after its states
+        nonlocal shutting
+        if shutting is None:
+            shutting = _shutting_down(session)
+        return shutting
     writes = []  # (ask's index, path, new state, version read, state read)
     for i, path, got in zip(valid, paths, session.get_many(paths), strict=True):
-        ask = asks[i]
         if got is None:
             results[i] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             continue
         data, stat = got
         state = znodes.PartitionState.decode(data, path)
-        if state.leader != ask.leader or state.leader_epoch != ask.leader_epoch:
-            results[i] = (ErrorCode.FENCED_LEADER_EPOCH if state.leader_epoch > ask.leader_epoch
-                          else ErrorCode.NOT_LEADER_OR_FOLLOWER)
-            continue
-        if sorted(state.isr) == sorted(ask.isr):
-            results[i] = ErrorCode.NONE
-            continue
-        added = set(ask.isr) - set(state.isr)
-        if added:
-            if shutting is None:  # read after the states, as alter_partition does
-                shutting = _shutting_down(session)
-            if nodes_of(shutting, added):
-                results[i] = ErrorCode.INELIGIBLE_REPLICA
-                continue
-        new = znodes.PartitionState(ask.leader, ask.leader_epoch, tuple(ask.isr),
-                                    state.controller_epoch)
-        writes.append((i, path, new, stat.version, state))
+        results[i] = _answer_without_write(asks[i], state, shutting_down)
+        if results[i] is None:
+            writes.append((i, path, _new_state(asks[i], state), stat.version, state))
     chunks = [writes[start:start + BATCH] for start in range(0, len(writes), BATCH)]
 
     def build(chunk):
@@ -156,11 +173,8 @@ def alter_partitions(session: Session, asks: list[IsrAsk]) -> list[ErrorCode]:
                                              ask.leader_epoch, ask.isr, ask.leader,
                                              ask.replicas)
             continue
-        for i, _, new, _, state in chunk:
-            ask = asks[i]
-            log.info("%s-%d: leader %d (epoch %d) changed the ISR %s -> %s", ask.topic,
-                     ask.partition, ask.leader, ask.leader_epoch, list(state.isr),
-                     list(new.isr))
+        for i, _, _, _, state in chunk:
+            _log_change(asks[i], state)
             results[i] = ErrorCode.NONE
     return results  # type: ignore[return-value]
 
