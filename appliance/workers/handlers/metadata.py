@@ -65,10 +65,13 @@ def _listed_nodes(worker, listener: str) -> list:
                          key=lambda n: n.node_id)
 
 
-# (worker, topic) -> (info, listener, live, answer): an appliance alone answers a topic the
-# same way while its TopicInfo (replaced on every change) and the serving workers stay the
-# same; building 10,000 partition answers took ~40 ms of a Metadata of all (issue 26). An
-# answer with authorized operations depends on the principal and is never kept.
+# (worker, topic, listener) -> (info, listener, live, fleet nodes, answer): a topic is answered the
+# same way while its TopicInfo (replaced on every change), the serving nodes and, in a fleet,
+# the nodes' endpoints (`fleet_nodes`, replaced on every change) stay the same. Building
+# 10,000 partition answers took ~40 ms of a Metadata of all on an appliance alone, and in a
+# fleet of three during a controller's failover, the survivors' workers spent over half their
+# CPU rebuilding the same answers for clients that polled Metadata (issue 26). An answer with
+# authorized operations depends on the principal and is never kept.
 _ANSWERS: dict[tuple[int, str], tuple] = {}
 
 
@@ -80,16 +83,16 @@ def _topic(worker, request, info, live: set[int] | None = None,
     if getattr(request.body, "include_topic_authorized_operations", False):
         operations = access.authorized_operations(worker, request, access.TOPIC, info.name)
         return _build_topic(worker, info, listener, live, alone, operations)
-    if info.leadership is not None:
-        return _build_topic(worker, info, listener, live, alone)
-    key = (id(worker), info.name)
+    fleet_nodes = getattr(worker.control, "fleet_nodes", None)  # None: an appliance alone
+    key = (id(worker), info.name, listener)
     cached = _ANSWERS.get(key)
-    if cached is not None and cached[0] is info and cached[1] == listener and cached[2] == live:
-        return cached[3]
+    if cached is not None and cached[0] is info and cached[2] == live and \
+            cached[3] is fleet_nodes:
+        return cached[4]
     answer = _build_topic(worker, info, listener, live, alone)
-    if len(_ANSWERS) > 2 * len(worker.control.topics()) + 64:
-        _ANSWERS.clear()  # deleted topics' answers
-    _ANSWERS[key] = (info, listener, frozenset(live), answer)
+    if len(_ANSWERS) > 4 * len(worker.control.topics()) + 64:
+        _ANSWERS.clear()  # deleted topics' answers (a topic has one per listener asked on)
+    _ANSWERS[key] = (info, listener, frozenset(live), fleet_nodes, answer)
     return answer
 
 
