@@ -58,6 +58,9 @@ class WorkerChannel:
     def send(self, message: Message) -> None:
         self.sock.sendall(encode(message))
 
+    def send_encoded(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
 
 class ControlServer:
     """Requests from workers in, replies and catalog broadcasts out.
@@ -271,9 +274,12 @@ class ControlServer:
         self.broadcast(TopicDeleted(name) if info is None else TopicChanged(info))
 
     def broadcast(self, message: Message) -> None:
+        """Encoded once for every worker: a topic of 10,000 partitions is a large message,
+        and a fleet's failover broadcasts many."""
+        data = encode(message)
         for channel in list(self.channels.values()):
             try:
-                channel.send(message)
+                channel.send_encoded(data)
             except OSError as exc:
                 log.info("cannot tell worker %d: %s", channel.index, exc)
                 self.detach(channel.index)
