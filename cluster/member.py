@@ -279,17 +279,25 @@ class ClusterMember:
     def _noted(self, changes: list) -> None:
         """States written (by the controller, or a leader's appliance), from their notes:
         shown now, and kept for the passes, which then do not read them back (states are
-        not watched: watched_reads.py). A pass runs after, for the controller's duties."""
+        not watched: watched_reads.py). A pass runs after for the controller's duties, or
+        to read the topics of changes the snapshot could not show (a topic not read yet).
+        Otherwise none: a pass would read back what the note showed, and in a failover
+        the controller's 50 notes made the other appliances' passes run back to back, each
+        building the snapshot of 10,000 partitions anew, on the supervisor that must tell
+        its workers the new leaders meanwhile (issue 26); the passes every PASS_INTERVAL_S
+        still run."""
         self.reads.note([(c.path, c.data, c.version, c.zxid) for c in changes])
         with self._changed:
-            snapshot = state_changes.apply_changes(self._snapshot, changes)
-            shown = snapshot is not self._snapshot
+            before = self._snapshot
+            snapshot = state_changes.apply_changes(before, changes)
+            shown = snapshot is not before
             if shown:
                 self._snapshot = snapshot
                 self._changed.notify_all()
         if shown:
             self.on_change()
-        self.wake()
+        if self.election is not None or state_changes.unknown_topics(before, changes):
+            self.wake()
 
     def _missed_notes(self) -> None:
         self.reads.invalidate()

@@ -128,6 +128,18 @@ def apply_changes(snapshot, changes: list[Change]):
                      for name, states in changed.items()}})
 
 
+def unknown_topics(snapshot, changes: list[Change]) -> bool:
+    """Whether some change is about a topic (or partition) `snapshot` does not hold, or holds
+    as an older topic of the same name: `apply_changes` cannot show it, a read must."""
+    topics = snapshot.topics
+    for change in changes:
+        topic = topics.get(change.topic)
+        if topic is None or change.zxid <= topic.created or \
+                change.partition not in topic.replicas:
+            return True
+    return False
+
+
 def keep_newer(read, shown):
     """`read` (a fresh FleetSnapshot) keeping the states `shown` holds at a higher version
     of the same znode: a read that began before a note was applied must not undo it."""
@@ -236,4 +248,4 @@ class StateChangeFollower:
 
 
 __all__ = ["KEEP", "PREFIX", "ROOT", "StateChangeFollower", "apply_changes", "decode",
-           "encode", "keep_newer", "prune"]
+           "encode", "keep_newer", "prune", "unknown_topics"]

@@ -15,7 +15,7 @@ import pytest
 from cluster import controller, state_changes, znodes
 from cluster import isr as isr_changes
 from cluster.controller import FencedWriter, elect, write_states
-from cluster.fleet_view import read_fleet
+from cluster.fleet_view import FleetSnapshot, TopicState, read_fleet
 from cluster.member import ClusterMember
 from cluster.session import Session
 from klog.protocol.error_codes import ErrorCode
@@ -294,3 +294,20 @@ def test_a_burst_whose_multi_fails_is_done_again_one_ask_at_a_time(session):
         [znodes.state_path("twice", p) for p in range(2)])]
     assert isrs == [(100,), (100, 300)]
     assert len(notes(session)) - before == 3  # each state written alone, each with a note
+
+
+def test_only_a_note_the_snapshot_cannot_show_asks_for_a_read():
+    """A member that does not control the fleet passes again after a note only when the
+    note names a topic (or partition) its snapshot lacks, or an older topic of the name:
+    anything else the note itself showed (`ClusterMember._noted`)."""
+    state = znodes.PartitionState(200, 1, (200, 300), 2)
+    topic = TopicState("t", {0: (100, 200, 300), 1: (100, 200, 300)}, 0, created=50)
+    snapshot = FleetSnapshot(topics={"t": topic})
+
+    def change(name: str, partition: int, zxid: int) -> state_changes.Change:
+        return state_changes.Change(name, partition, state, 1, zxid, "", b"")
+
+    assert not state_changes.unknown_topics(snapshot, [change("t", 0, 60), change("t", 1, 61)])
+    assert state_changes.unknown_topics(snapshot, [change("t", 0, 60), change("u", 0, 61)])
+    assert state_changes.unknown_topics(snapshot, [change("t", 2, 60)])  # added, not read yet
+    assert state_changes.unknown_topics(snapshot, [change("t", 0, 40)])  # an earlier "t"
