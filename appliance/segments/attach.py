@@ -81,6 +81,8 @@ def attach_segments(directory: str, config: LogConfig, point: AttachPoint, bases
         if later is not None:
             segments.append(LogSegment(directory, later, config, now_ms=now_ms))
         _apply(segments, point, later is not None, report, now_ms)
+        for segment in segments:
+            segment.drop_index_pages()
     except BaseException:
         for segment in segments:
             segment.close()

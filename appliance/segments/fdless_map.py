@@ -50,6 +50,13 @@ class FdlessMap:
     def __len__(self) -> int:
         return self._length
 
+    def drop_resident(self) -> None:
+        """Unmap the pages faulted in so far (MADV_DONTNEED). For a shared file mapping nothing
+        is lost: a dirty page stays dirty in the page cache and is written back as ever, and
+        the next access faults it in again from there. Only this process's RSS shrinks."""
+        if self._addr is not None:
+            _libc.madvise(self._addr, self._length, mmap.MADV_DONTNEED)
+
     def close(self) -> None:
         """Unmap (idempotent)."""
         if self._addr is not None:

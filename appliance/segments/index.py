@@ -256,6 +256,11 @@ class _MappedIndex:
                 if self.entries:
                     self._set_map(fd, self.size_bytes, writable=False)
 
+    def drop_resident(self) -> None:
+        """Let go of the mapping's resident pages (after recovery read them: fdless_map.py)."""
+        if self._mapping is not None:
+            self._mapping.drop_resident()
+
     def _unmap(self) -> None:
         if self._mapping is not None:
             self._map = None

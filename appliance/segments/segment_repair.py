@@ -46,6 +46,7 @@ def recover_segment(
     if mode == "trust" and not damaged:
         segment.size, segment.next_offset = file_size, next_base
         restore_max_timestamp(segment)
+        segment.drop_index_pages()
         return report
     if not writable:
         segment.index.activate()
@@ -62,6 +63,7 @@ def recover_segment(
         validate_from(segment, report, start, expected, active)
     if not active:
         segment.seal_indexes()
+    segment.drop_index_pages()
     return report
 
 
