@@ -41,6 +41,10 @@ from cluster.session import (
 log = logging.getLogger(__name__)
 
 GROUP = 200  # partition states per fenced multi: about 40 KB, far below jute.maxbuffer's 1 MB
+# decisions of one pass logged each at INFO; the rest at DEBUG, with a count by reason at INFO:
+# after an appliance's death the controller decides for every partition it held (10,000 in
+# issue 26), and writing 10,000 lines took 0.2-0.4 s before the first new leader was written
+LOGGED_DECISIONS = 50
 
 
 class Fenced(RuntimeError):
@@ -173,6 +177,7 @@ def reconcile(writer: FencedWriter, snapshot: FleetSnapshot, *,
     # (`Session.PIPELINE_CHUNK`), so with the elections first every partition is led after a
     # third of the writes, not all of them (issue 26)
     moving, shrinking = [], []
+    decisions = Decisions()
     for name, topic in sorted(snapshot.topics.items()):
         if name in snapshot.deleting:
             continue
@@ -183,11 +188,12 @@ def reconcile(writer: FencedWriter, snapshot: FleetSnapshot, *,
         for partition, replicas in sorted(topic.replicas.items()):
             if partition in topic.states:
                 change = _settle_partition(writer, topic, partition, replicas, live,
-                                           shutting, unclean)
+                                           shutting, unclean, decisions)
                 if change is not None:
                     leader = topic.states[partition][0].leader
                     (moving if change[1].leader != leader else shrinking).append(
                         (*change, name, partition))
+    decisions.summarize()
     # the leader elections first, then the ISR shrinks: one pipelined round trip per chunk
     changes = moving + shrinking
     errors = write_states(writer, [change[:3] for change in changes])
@@ -264,10 +270,34 @@ def _create_states(writer: FencedWriter, topic: TopicState, partitions: list[int
     return done
 
 
+class Decisions:
+    """The partition decisions of one pass, for the log: the first LOGGED_DECISIONS at INFO,
+    the rest at DEBUG, and when there were more, one INFO line at the end counting them by
+    reason."""
+
+    def __init__(self):
+        self.by_reason: dict[str, int] = {}
+
+    def log(self, message: str, *args, reason: str) -> None:
+        count = sum(self.by_reason.values())
+        self.by_reason[reason] = self.by_reason.get(reason, 0) + 1
+        log.log(logging.INFO if count < LOGGED_DECISIONS else logging.DEBUG, message, *args)
+
+    def summarize(self) -> None:
+        total = sum(self.by_reason.values())
+        if total > LOGGED_DECISIONS:
+            log.info("controller: %d partition decisions in this pass (%s); the first %d "
+                     "logged above, the rest at DEBUG", total, ", ".join(
+                         f"{count} {reason}" for reason, count in
+                         sorted(self.by_reason.items(), key=lambda item: -item[1])),
+                     LOGGED_DECISIONS)
+
+
 def _settle_partition(writer: FencedWriter, topic: TopicState, partition: int,
                       replicas: tuple[int, ...], live: set[int], shutting: set[int],
-                      unclean: bool) -> tuple[str, znodes.PartitionState, int] | None:
-    """The state write that settles the partition (logged), or None."""
+                      unclean: bool, decisions: Decisions,
+                      ) -> tuple[str, znodes.PartitionState, int] | None:
+    """The state write that settles the partition (logged: `Decisions`), or None."""
     path = znodes.state_path(topic.name, partition)
     state, version = topic.states[partition]
     change = settle(state, replicas, live=live, shutting=shutting, unclean=unclean,
@@ -280,8 +310,9 @@ def _settle_partition(writer: FencedWriter, topic: TopicState, partition: int,
                     "out-of-sync replica %d leads (epoch %d); records only the old ISR had "
                     "are lost (unclean.leader.election.enable=true)", topic.name, partition,
                     list(state.isr), new.leader, new.leader_epoch)
-    log.info("%s-%d: leader %d -> %d (epoch %d), isr %s: %s", topic.name, partition,
-             state.leader, new.leader, new.leader_epoch, list(new.isr), change.reason)
+    decisions.log(
+        "%s-%d: leader %d -> %d (epoch %d), isr %s: %s", topic.name, partition, state.leader,
+        new.leader, new.leader_epoch, list(new.isr), change.reason, reason=change.reason)
     return path, new, version
 
 

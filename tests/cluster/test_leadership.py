@@ -1,9 +1,12 @@
 """Leadership decisions (cluster/leadership.py): pure functions, checked by example and as
 properties over random fleets."""
 
+import logging
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cluster import controller
 from cluster.leadership import (
     ALREADY,
     CONTROLLED_SHUTDOWN,
@@ -224,3 +227,26 @@ def test_unclean_election_is_the_topic_override_else_the_broker_default():
     assert unclean_enabled({"unclean.leader.election.enable": "true"}, False) is True
     assert unclean_enabled({"unclean.leader.election.enable": " FALSE "}, True) is False
     assert unclean_enabled({"unclean.leader.election.enable": "maybe"}, True) is True
+
+
+def test_a_pass_logs_its_first_decisions_and_counts_the_rest(caplog):
+    """After an appliance's death the controller decides for thousands of partitions: the
+    first LOGGED_DECISIONS are logged one by one at INFO, the rest at DEBUG, and a line at
+    INFO counts them by reason."""
+    decisions = controller.Decisions()
+    extra = 10
+    with caplog.at_level(logging.DEBUG, logger="cluster.controller"):
+        for i in range(controller.LOGGED_DECISIONS + extra):
+            reason = LEADER_GONE if i % 2 else ISR_SHRINK
+            decisions.log("t-%d: decided", i, reason=reason)
+        decisions.summarize()
+    lines = [(r.levelno, r.getMessage()) for r in caplog.records]
+    assert [m for level, m in lines if level == logging.INFO][:controller.LOGGED_DECISIONS] \
+        == [f"t-{i}: decided" for i in range(controller.LOGGED_DECISIONS)]
+    assert [m for level, m in lines if level == logging.DEBUG] == \
+        [f"t-{i}: decided" for i in range(controller.LOGGED_DECISIONS,
+                                          controller.LOGGED_DECISIONS + extra)]
+    summary = lines[-1][1]
+    total = controller.LOGGED_DECISIONS + extra
+    assert f"{total} partition decisions" in summary
+    assert f"{total // 2} {LEADER_GONE}" in summary and f"{total // 2} {ISR_SHRINK}" in summary
