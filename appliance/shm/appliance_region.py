@@ -56,6 +56,11 @@ class ApplianceRegion:
         self.fetch_out = region.fetch_out
         self.metrics = region.metrics
         self._claimed: set[tuple[int, int]] = set()  # (index, pid): survives no fork
+        # topic -> the owners its slots were placed for (the supervisor's; only `_place`
+        # allocates or frees slots): most topic changes are leadership or ISR changes, which
+        # move no replica, and each walked every slot of the table (10,000 in a fleet's
+        # failover, once per change)
+        self._placed: dict[str, tuple[int, ...]] = {}
 
     @classmethod
     def create(cls, config) -> ApplianceRegion:
@@ -107,6 +112,9 @@ class ApplianceRegion:
         decider.add_listener(self._place)
 
     def _place(self, name: str, info) -> None:
+        if info is not None and self._placed.get(name) == info.owners:
+            return
+        self._placed.pop(name, None)
         table = self.partitions
         current = {p: s for (t, p), s in table.slots().items() if t == name}
         wanted = {} if info is None else {p: o for p, o in enumerate(info.owners) if o >= 0}
@@ -120,6 +128,9 @@ class ApplianceRegion:
                     table.allocate_partition(name, partition, owner)
         except SlotsFullError as exc:
             log.error("topic %s: %s; its partitions are served by their owners only", name, exc)
+            return  # placed in part: the next change of the topic tries again
+        if info is not None:
+            self._placed[name] = info.owners
 
     def worker_starting(self, index: int, *, restarts: int) -> None:
         self.workers.update_worker(index, state=WorkerState.STARTING, restarts=restarts)
