@@ -322,14 +322,40 @@ class ViewBuilder:
                 topics[name] = held[1]
                 built[name] = held
                 continue
-            fleet_topic = _fleet_topic(name, topic)
-            if held is not None and held[1] == fleet_topic:
-                fleet_topic = held[1]
+            fleet_topic = None if held is None else _noted_topic(name, topic, *held)
+            if fleet_topic is None:
+                fleet_topic = _fleet_topic(name, topic)
+                if held is not None and held[1] == fleet_topic:
+                    fleet_topic = held[1]
             topics[name] = fleet_topic
             built[name] = (topic, fleet_topic)
         self._kept = built
         return FleetView(nodes, topics, snapshot.controller,
                          {n: dict(c) for n, c in snapshot.broker_configs.items()})
+
+
+def _noted_topic(name: str, topic, old, old_view: FleetTopic) -> FleetTopic | None:
+    """The FleetTopic of `topic` made from `old_view` (that of `old`) when `topic` is `old`
+    with some states replaced, as a note makes it (`apply_changes`: the same replicas and
+    config, each unchanged state the same object): only those partitions are built anew,
+    and the others keep their PartitionLeadership objects, which then compare by identity
+    downstream (the relay, the control server). None: build it whole."""
+    if topic.replicas is not old.replicas or topic.config is not old.config or \
+            len(old_view.leadership) != len(topic.replicas):
+        return None
+    old_states = old.states
+    changed = [p for p, state in topic.states.items() if old_states.get(p) is not state]
+    if len(old_states) != len(topic.states) or any(p >= len(old_view.leadership)
+                                                   for p in changed):
+        return None
+    if not changed:
+        return old_view
+    leadership = list(old_view.leadership)
+    for partition in changed:
+        state = topic.states[partition][0]
+        leadership[partition] = PartitionLeadership(state.leader, state.leader_epoch,
+                                                    topic.replicas[partition], state.isr)
+    return FleetTopic(name, tuple(leadership), old_view.configs)
 
 
 def _fleet_topic(name: str, topic) -> FleetTopic:

@@ -34,6 +34,7 @@ from appliance.control.channel import (
     Fleet,
     Message,
     MessageReader,
+    PartitionsChanged,
     Ready,
     Reload,
     Reply,
@@ -44,7 +45,7 @@ from appliance.control.channel import (
     encode,
 )
 from appliance.control.departed_nodes import DepartedNodes
-from appliance.control.interface import ReloadListener, TopicListener
+from appliance.control.interface import ReloadListener, WorkerTopicListener
 from appliance.control.topics import FleetNode, TopicInfo, TopicResult
 from appliance.scram_credentials import ScramChange
 from appliance.security.acls import AclBinding, AclFilter
@@ -77,7 +78,7 @@ class ControlPlaneClient:
         self._has_catalog = False
         self._reader = MessageReader()
         self._topics: dict[str, TopicInfo] = {}
-        self._listeners: list[TopicListener] = []
+        self._listeners: list[WorkerTopicListener] = []
         self._reload_listeners: list[ReloadListener] = []
         self._replies: list[Reply] = []
         self._callbacks: dict[int, Callable[[Reply], None]] = {}  # request id -> on_reply
@@ -86,6 +87,7 @@ class ControlPlaneClient:
             Reply: self._on_reply,
             Catalog: self._on_catalog,
             TopicChanged: self._on_topic_changed,
+            PartitionsChanged: self._on_partitions_changed,
             TopicDeleted: self._on_topic_deleted,
             Reload: self._on_reload,
             Fleet: self._on_fleet,
@@ -96,7 +98,7 @@ class ControlPlaneClient:
 
     # the ControlPlane interface ------------------------------------------------------------
 
-    def add_listener(self, listener: TopicListener) -> None:
+    def add_listener(self, listener: WorkerTopicListener) -> None:
         self._listeners.append(listener)
 
     def add_reload_listener(self, listener: ReloadListener) -> None:
@@ -292,12 +294,28 @@ class ControlPlaneClient:
         info = changed.info
         self._topics[info.name] = info
         for listener in self._listeners:
-            listener(info.name, info)
+            listener(info.name, info, None)
+
+    def _on_partitions_changed(self, changed: PartitionsChanged) -> None:
+        """Some partitions of a topic we hold: the topic with their new states; the
+        listeners hear which changed. One we do not hold, or that does not fit, means the
+        supervisor's view and ours differ: ControlChannelError (the worker restarts and
+        starts again from a whole catalog)."""
+        held = self._topics.get(changed.name)
+        if held is None:
+            raise ControlChannelError(f"partitions of unknown topic {changed.name!r} changed")
+        try:
+            info = held.with_partitions(changed.indexes, changed.owners, changed.leadership)
+        except ValueError as exc:
+            raise ControlChannelError(str(exc)) from None
+        self._topics[info.name] = info
+        for listener in self._listeners:
+            listener(info.name, info, changed.indexes)
 
     def _on_topic_deleted(self, deleted: TopicDeleted) -> None:
         self._topics.pop(deleted.name, None)
         for listener in self._listeners:
-            listener(deleted.name, None)
+            listener(deleted.name, None, None)
 
     def _on_reload(self, reload: Reload) -> None:
         self.defaults = reload.log_defaults

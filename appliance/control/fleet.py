@@ -88,7 +88,7 @@ def isr_only_grew(told: TopicInfo, now: TopicInfo) -> bool:
             or now.leadership is None or len(told.leadership) != len(now.leadership)):
         return False
     for before, after in zip(told.leadership, now.leadership, strict=True):
-        if before == after:
+        if before is after or before == after:
             continue
         if (before.leader != after.leader or before.leader_epoch != after.leader_epoch
                 or before.replicas != after.replicas

@@ -20,6 +20,9 @@ from appliance.segments.config import LogConfig
 from klog.protocol.error_codes import ErrorCode
 
 TopicListener = Callable[[str, TopicInfo | None], None]
+# a worker's: (name, the topic or None once deleted, the indexes of the partitions that
+# changed when only those did, else None)
+WorkerTopicListener = Callable[[str, TopicInfo | None, tuple[int, ...] | None], None]
 ReloadListener = Callable[[Reload], None]
 # the decisions' side: (live nodes, the controller's node id)
 FleetListener = Callable[[dict[int, FleetNode], int], None]
@@ -104,8 +107,10 @@ class ControlPlane(Protocol):
         partition moved on meanwhile (the broadcast of its new state follows);
         REQUEST_TIMED_OUT while ZooKeeper cannot be reached."""
 
-    def add_listener(self, listener: TopicListener) -> None:
-        """`listener(name, info)` runs after a topic is created (info) or deleted (None)."""
+    def add_listener(self, listener: WorkerTopicListener) -> None:
+        """`listener(name, info, changed)` runs after a topic is created or changed (info) or
+        deleted (None); `changed` names the partitions that changed when only some of them
+        did (cluster mode), else is None."""
 
     def add_reload_listener(self, listener: ReloadListener) -> None:
         """`listener(reload)` runs after the supervisor reloaded its config (SIGHUP)."""

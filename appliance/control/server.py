@@ -30,6 +30,7 @@ from appliance.control.channel import (
     Fleet,
     Message,
     MessageReader,
+    PartitionsChanged,
     Ready,
     Reply,
     ScramUsers,
@@ -39,7 +40,7 @@ from appliance.control.channel import (
 )
 from appliance.control.decisions import LocalDecider
 from appliance.control.fleet import FleetRelay
-from appliance.control.topics import FleetNode, TopicResult
+from appliance.control.topics import FleetNode, TopicInfo, TopicResult, changed_partitions
 from appliance.identity import node_id_for
 from appliance.security.acl_book import AclBook
 from appliance.security.fleet_acl_book import FleetAclBook
@@ -96,6 +97,10 @@ class ControlServer:
             ClusterAdmin: self._cluster_admin,
             Ready: self._ready,
         }
+        # topic -> the TopicInfo last broadcast: a change of some of its partitions goes out
+        # as a PartitionsChanged against it (every worker holds the same, from its catalog
+        # and the broadcasts since, which all come from here in order)
+        self._told: dict[str, TopicInfo] = {t.name: t for t in decider.topics()}
         decider.add_listener(self._broadcast_change)
         # told at once of the fleet already seen: every worker hears of it before its catalog
         decider.add_fleet_listener(self._broadcast_fleet)
@@ -271,7 +276,19 @@ class ControlServer:
     # broadcasts ----------------------------------------------------------------------------
 
     def _broadcast_change(self, name, info) -> None:
-        self.broadcast(TopicDeleted(name) if info is None else TopicChanged(info))
+        if info is None:
+            self._told.pop(name, None)
+            self.broadcast(TopicDeleted(name))
+            return
+        told = self._told.get(name)
+        self._told[name] = info
+        changed = changed_partitions(told, info)
+        if changed is None:
+            self.broadcast(TopicChanged(info))
+        elif changed:
+            self.broadcast(PartitionsChanged(
+                name, changed, tuple(info.owners[i] for i in changed),
+                tuple(info.leadership[i] for i in changed)))
 
     def broadcast(self, message: Message) -> None:
         """Encoded once for every worker: a topic of 10,000 partitions is a large message,

@@ -6,6 +6,7 @@ or the server: they follow what the controller decided, they do not decide.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 
@@ -112,6 +113,20 @@ class TopicInfo:
     def has_partition(self, index: int) -> bool:
         return 0 <= index < len(self.owners)
 
+    def with_partitions(self, indexes: tuple[int, ...], owners: tuple[int, ...],
+                        leadership: tuple[PartitionLeadership, ...]) -> TopicInfo:
+        """This topic with the owners and states of `indexes` replaced (a `PartitionsChanged`).
+        Raises ValueError if they do not fit it (no leadership, an index out of range, lengths
+        that differ): the sender's view and ours would disagree."""
+        if self.leadership is None or not len(indexes) == len(owners) == len(leadership) or \
+                any(not self.has_partition(i) for i in indexes):
+            raise ValueError(f"partitions {list(indexes)} do not fit topic {self.name} of "
+                             f"{self.partition_count} partitions")
+        new_owners, states = list(self.owners), list(self.leadership)
+        for index, owner, state in zip(indexes, owners, leadership, strict=True):
+            new_owners[index], states[index] = owner, state
+        return dataclasses.replace(self, owners=tuple(new_owners), leadership=tuple(states))
+
     def to_dict(self) -> dict:
         raw = {"name": self.name, "owners": list(self.owners), "configs": self.configs,
                "internal": self.internal}
@@ -139,6 +154,20 @@ class TopicInfo:
             return cls.from_dict(orjson.loads(data))
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ValueError(f"{source}: not a topic description: {exc}") from None
+
+
+def changed_partitions(told: TopicInfo | None, now: TopicInfo) -> tuple[int, ...] | None:
+    """The partitions whose owner or leadership differ from `told` to `now`, when nothing
+    else does and they are at most half of the topic (a `PartitionsChanged` is then the
+    smaller message); None: tell the whole topic."""
+    if (told is None or told.leadership is None or now.leadership is None
+            or told.name != now.name or told.configs != now.configs
+            or told.internal != now.internal or len(told.owners) != len(now.owners)):
+        return None
+    owners = told.owners
+    changed = tuple(i for i, (before, after) in enumerate(zip(told.leadership, now.leadership))
+                    if before is not after and before != after or owners[i] != now.owners[i])
+    return changed if len(changed) * 2 <= len(now.owners) else None
 
 
 @dataclass(frozen=True)

@@ -293,7 +293,9 @@ class Worker:
         return {listener.name: ServerTls(config.tls_config(listener.name))
                 for listener in config.listeners if listener.uses_tls}
 
-    def _on_topic_change(self, name, info) -> None:
+    def _on_topic_change(self, name, info, changed: tuple[int, ...] | None = None) -> None:
+        """`changed`: the partitions that changed, when only those did (the rest of the
+        topic is as this worker took it last)."""
         if info is None:
             self.replication.forget_topic(name)
             self.remote.forget(name)
@@ -307,7 +309,7 @@ class Worker:
             # before the loop runs again (segments/durable_together.py)
             try:
                 with durable_together():
-                    self._take_topic(name, info)
+                    self._take_topic(name, info, changed)
             except (StorageError, OSError) as exc:
                 self._fail_disk(f"taking the change of topic {name!r}", exc)
 
@@ -321,10 +323,10 @@ class Worker:
             self.disk_failure = exc
         self.on_disk_failure()
 
-    def _take_topic(self, name, info) -> None:
-        self.partitions.open_topic(info, now_ms=self.now_ms())
-        self.replication.apply(info)
-        for index in self.partitions.delete_moved(info, now_ms=self.now_ms()):
+    def _take_topic(self, name, info, changed: tuple[int, ...] | None = None) -> None:
+        self.partitions.open_topic(info, now_ms=self.now_ms(), indexes=changed)
+        self.replication.apply(info, indexes=changed)
+        for index in self.partitions.delete_moved(info, now_ms=self.now_ms(), indexes=changed):
             log.info("%s-%d: no longer a replica here; its log is deleted", name, index)
         self.remote.forget_moved(name, info.owners)
         if name == OFFSETS_TOPIC:  # in the same step as the roles: no truncation between

@@ -27,6 +27,7 @@ from appliance.control.channel import (
     DynamicConfigs,
     Fleet,
     MessageReader,
+    PartitionsChanged,
     Ready,
     Reload,
     Reply,
@@ -88,6 +89,8 @@ MESSAGES = [
     Catalog("", ()),
     TopicChanged(ALONE),
     TopicChanged(REPLICATED),
+    PartitionsChanged("__consumer_offsets", (1,), (0,),
+                      (PartitionLeadership(201, 8, (201, 301), (201,)),)),
     TopicDeleted("orders"),
     Reload(LogConfig(segment_bytes=1 << 20, retention_ms=60_000), 6, 30_000),
     Fleet(100, (FleetNode(100, "10.0.0.1", 9092, "rack-a"),
@@ -180,6 +183,8 @@ def test_an_extra_field_is_refused():
     (CreateTopic("t", 1, 1, {}, False, id=1), "configs", {"a": 1}),
     (Reply(1), "error", 99999),  # no such error code
     (TopicChanged(ALONE), "info", {"name": "t"}),
+    (PartitionsChanged("t", (0,), (0,), (PartitionLeadership(1, 0, (1,), (1,)),)),
+     "leadership", [[1, 0, [1]]]),
     (Fleet(-1, (), {}), "nodes", [[1, "h", 9092]]),
     (Reload(LogConfig(), 1, 1), "log_defaults", {"no.such.key": "1"}),
 ], ids=lambda v: v if isinstance(v, str) else "")

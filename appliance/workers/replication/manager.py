@@ -77,11 +77,13 @@ class ReplicaManager:
 
     # following the controller ------------------------------------------------------------
 
-    def apply(self, info: TopicInfo) -> None:
-        """Take the roles the controller's partition states give this worker's replicas."""
+    def apply(self, info: TopicInfo, indexes: tuple[int, ...] | None = None) -> None:
+        """Take the roles the controller's partition states give this worker's replicas
+        (`indexes`: only those partitions changed)."""
         if info.leadership is None or not self.started:
             return
-        for index, state in enumerate(info.leadership):
+        for index in range(len(info.leadership)) if indexes is None else indexes:
+            state = info.leadership[index]
             partition = self.replicas.get(info.name, index)
             if partition is None:
                 continue

@@ -69,16 +69,19 @@ class LocalReplicas:
             self._flushing = [p for p in self._held.values() if p.log.flushes_on_policy]
         return self._flushing
 
-    def open_topic(self, info: TopicInfo, *, now_ms: int) -> None:
+    def open_topic(self, info: TopicInfo, *, now_ms: int,
+                   indexes: tuple[int, ...] | None = None) -> None:
         """Open (or create) the logs of the topic's partitions that this worker holds; those
-        that would leave fewer than RESERVED_DESCRIPTORS free (or hit EMFILE) stay unopened."""
+        that would leave fewer than RESERVED_DESCRIPTORS free (or hit EMFILE) stay unopened.
+        `indexes`: only those partitions changed (the topic's configs did not)."""
         config = topic_log_config(self.defaults, info.configs)
         publisher = self.context.publisher
         room = None  # listed when the first log is to be opened (each takes one more): a
         # change that opens nothing, most of them, costs no listing of this worker's
         # thousands of descriptors (1 ms per 5,000, per topic change)
         refused = 0
-        for index, owner in enumerate(info.owners):
+        for index in range(len(info.owners)) if indexes is None else indexes:
+            owner = info.owners[index]
             key = (info.name, index)
             held = self._held.get(key)
             if held is not None and held.log.config != config:
@@ -154,16 +157,22 @@ class LocalReplicas:
             self._held.pop(key).close(delete=delete)
             self._flushing = None
 
-    def delete_moved(self, info: TopicInfo, *, now_ms: int) -> list[int]:
+    def delete_moved(self, info: TopicInfo, *, now_ms: int,
+                     indexes: tuple[int, ...] | None = None) -> list[int]:
         """Delete the logs of the topic's partitions this worker no longer holds: a
         reassignment moved the replica away (Kafka's StopReplica with delete). As Kafka
         deletes a log, asynchronously: its directory is renamed aside at once
         (`<topic>-<partition>.<id>-delete`), so the partition may come back here as a new
         log, and its files stay open for `file.delete.delay.ms` (Fetch responses in flight
-        send from them) before `remove_retired` removes them. Returns the indexes."""
+        send from them) before `remove_retired` removes them. `indexes`: only those partitions
+        changed. Returns the indexes deleted."""
         worker_index = self.context.worker_index
-        moved = [key for key in self._held if key[0] == info.name and
-                 (key[1] >= len(info.owners) or info.owners[key[1]] != worker_index)]
+        if indexes is not None:  # only those changed: look at them, not at every log held
+            moved = [(info.name, i) for i in indexes if (info.name, i) in self._held and
+                     info.owners[i] != worker_index]
+        else:
+            moved = [key for key in self._held if key[0] == info.name and
+                     (key[1] >= len(info.owners) or info.owners[key[1]] != worker_index)]
         for key in moved:
             plog = self._held.pop(key).log
             self._flushing = None
