@@ -1,5 +1,7 @@
 """Many replicated partitions on a fleet (issue 26): three appliances of two workers each on a
-real three-server ZooKeeper ensemble, topics of 500 partitions, replication factor 3.
+real three-server ZooKeeper ensemble, topics of 500 partitions (`--per-topic`: one topic of
+10,000 is the hardest case for the control plane, whose messages are per topic), replication
+factor 3.
 
 For each size: creation time (one CreateTopics per topic), the time until Metadata shows every
 partition led, Metadata of all (median of rounds, one warm connection), descriptors, RSS and
@@ -11,6 +13,7 @@ then the killed appliance's start to serving. The measuring process shares the m
 cores: it reads gently.
 
 Run: .venv/bin/python perf/bench_fleet_partitions.py [--sizes 1000,10000] [--rounds 5]
+     [--per-topic 10000]
 """
 
 from __future__ import annotations
@@ -59,11 +62,12 @@ def metadata_leaders(bootstrap: str) -> dict[tuple[str, int], int]:
             for p in t.partitions}
 
 
-def zk_leaders(zk, topics: list[str]) -> dict[tuple[str, int], tuple[int, float]]:
+def zk_leaders(zk, topics: list[str],
+               per_topic: int = PER_TOPIC) -> dict[tuple[str, int], tuple[int, float]]:
     """(topic, partition) -> (leader, when its state znode was last written, epoch seconds by
     ZooKeeper's clock: the same machine's) from the state znodes, read with pipelined gets."""
     import orjson
-    wanted = [(t, p) for t in topics for p in range(PER_TOPIC)]
+    wanted = [(t, p) for t in topics for p in range(per_topic)]
     out = {}
     for start in range(0, len(wanted), 1000):
         chunk = wanted[start:start + 1000]
@@ -114,7 +118,7 @@ def wait_led(read, size: int, dead: set[int], timeout_s: float,
 
 
 def run(size: int, rounds: int, nofile: int, settings: dict[str, str],
-        logs: str | None = None) -> dict:
+        logs: str | None = None, per_topic: int = PER_TOPIC) -> dict:
     with tempfile.TemporaryDirectory(prefix="bench-fleet-many-",
                                      ignore_cleanup_errors=True) as tmp:
         root = Path(tmp)
@@ -129,11 +133,11 @@ def run(size: int, rounds: int, nofile: int, settings: dict[str, str],
                 appliance.start(timeout_s=120)
             wait_for_brokers(fleet[0], 6, 60)
             zk = zk_client(ensemble, "/many")
-            topics = [f"many-{i}" for i in range(size // PER_TOPIC)]
+            topics = [f"many-{i}" for i in range(size // per_topic)]
             t = time.perf_counter()
             with Admin(fleet[0].bootstrap, request_timeout_ms=120_000) as admin:
                 for name in topics:
-                    admin.create_topic(name, PER_TOPIC, replication_factor=3)
+                    admin.create_topic(name, per_topic, replication_factor=3)
             created_s = time.perf_counter() - t
             led_s = created_s + wait_led(lambda: metadata_leaders(fleet[0].bootstrap), size,
                                          set(), 600)
@@ -162,7 +166,7 @@ def run(size: int, rounds: int, nofile: int, settings: dict[str, str],
             md_s = max(survivors_s)  # every survivor's Metadata
             # ZooKeeper's side read once, after: each state znode's last write time (polling
             # 10,000 znodes in a loop would load the ensemble and the cores it measures)
-            states = zk_leaders(zk, topics)
+            states = zk_leaders(zk, topics, per_topic)
             assert all_led({k: v[0] for k, v in states.items()}, size, dead)
             zk_s = max(at for _, at in states.values()) - killed_at
             new_controller = controller_and_epoch(zk)[0]
@@ -199,11 +203,15 @@ def main() -> None:
     parser.add_argument("--fetch-wait-ms", type=int, default=None,
                         help="replica.fetch.wait.max.ms (default: the appliance's, 500)")
     parser.add_argument("--logs", help="a directory to keep the appliances' logs in")
+    parser.add_argument("--per-topic", type=int, default=PER_TOPIC,
+                        help=f"partitions per topic (default {PER_TOPIC}; one topic of all: "
+                             f"the size)")
     parser.add_argument("--nofile", type=int,
                         default=resource.getrlimit(resource.RLIMIT_NOFILE)[1])
     args = parser.parse_args()
     print(f"fleet of 3 appliances x 2 workers, replication factor 3, 64 KiB segments, "
-          f"session timeout {SESSION_MS} ms, RLIMIT_NOFILE {args.nofile}", flush=True)
+          f"topics of {args.per_topic} partitions, session timeout {SESSION_MS} ms, "
+          f"RLIMIT_NOFILE {args.nofile}", flush=True)
     print(f"{'partitions':>10} {'create s':>9} {'all led s':>9} {'metadata ms':>12} "
           f"{'kill->zk led s':>14} {'->metadata s':>12} {'beyond session s':>16} "
           f"{'restart s':>9}", flush=True)
@@ -212,7 +220,8 @@ def main() -> None:
         settings["replica.fetch.wait.max.ms"] = str(args.fetch_wait_ms)
         print(f"replica.fetch.wait.max.ms={args.fetch_wait_ms}", flush=True)
     for s in args.sizes.split(","):
-        run(int(s), args.rounds, args.nofile, settings, args.logs)
+        run(int(s), args.rounds, args.nofile, settings, args.logs,
+            min(args.per_topic, int(s)))
 
 
 def report(r: dict) -> None:
