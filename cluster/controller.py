@@ -33,6 +33,7 @@ from cluster.session import (
     BadVersionError,
     NodeExistsError,
     NoNodeError,
+    NotEmptyError,
     RolledBackError,
     RuntimeInconsistency,
     Session,
@@ -239,8 +240,14 @@ def write_states(writer: FencedWriter, changes: list) -> list[Exception | None]:
 
 def _create_states(writer: FencedWriter, topic: TopicState, partitions: list[int],
                    live: set[int], written: list | None = None) -> int:
-    """First states of a new topic's (or its added) partitions, in one multi: each leader
-    is its first live replica, each ISR its live replicas."""
+    """First states of a new topic's (or its added) partitions: each leader is its first
+    live replica, each ISR its live replicas. GROUP partitions (their parent znodes, states
+    and note) to a fenced multi, all pipelined. A multi must stay below ZooKeeper's
+    `jute.maxbuffer` (1 MB by default): one multi for all of a topic's 10,000 partitions
+    (about 2 MB) made the server drop the controller's connection at every try, and the topic
+    never had a leader (issue 26). A multi that fails (a state created meanwhile) leaves its
+    partitions to the next pass, which creates those still missing. Returns the multis
+    written."""
     epoch = writer.election.epoch
     states = {}
     for partition in partitions:
@@ -248,25 +255,37 @@ def _create_states(writer: FencedWriter, topic: TopicState, partitions: list[int
         isr = tuple(r for r in replicas if r in live) or replicas
         states[partition] = znodes.PartitionState(elect_leader(replicas, isr, live), 0, isr,
                                                   epoch)
-    parents = [znodes.partitions_path(topic.name)] + [
-        znodes.partition_path(topic.name, p) for p in partitions]
-    missing = [path for path, got in zip(parents, writer.session.get_many(parents))
-               if got is None]
+    root = znodes.partitions_path(topic.name)
+    parents = [znodes.partition_path(topic.name, p) for p in partitions]
+    found = writer.session.get_many([root] + parents)
+    if found[0] is None and not _write(writer, lambda tx: tx.create(root, b""), root):
+        return 0
+    missing = {path for path, got in zip(parents, found[1:]) if got is None}
+    chunks = [partitions[i:i + GROUP] for i in range(0, len(partitions), GROUP)]
 
-    def build(tx) -> None:
-        for path in missing:
-            tx.create(path, b"")
-        for partition, state in states.items():
-            tx.create(znodes.state_path(topic.name, partition), state.encode())
-        if len(states) <= state_changes.MAX_STATES:  # the appliance that asked hears at once
+    def build_of(chunk: list[int]):
+        def build(tx) -> None:
+            for partition in chunk:
+                parent = znodes.partition_path(topic.name, partition)
+                if parent in missing:
+                    tx.create(parent, b"")
+                tx.create(znodes.state_path(topic.name, partition), states[partition].encode())
+            # the appliance that asked (and every other) hears at once
             tx.create(state_changes.PREFIX, state_changes.encode(
-                [(znodes.state_path(topic.name, p), s, 0) for p, s in states.items()]),
+                [(znodes.state_path(topic.name, p), states[p], 0) for p in chunk]),
                 sequence=True)
-    done = _write(writer, build, f"{znodes.topic_path(topic.name)} (new partitions)")
-    if done and len(states) <= state_changes.MAX_STATES:
+        return build
+    done = 0
+    for chunk, error in zip(chunks, writer.write_many([build_of(c) for c in chunks])):
+        if error is not None:
+            log.info("%s partitions %d..%d changed meanwhile (%s); the next pass sees them",
+                     topic.name, chunk[0], chunk[-1], type(error).__name__)
+            continue
+        done += 1
+        if written is not None:
+            written += [(topic.name, p, states[p], 0) for p in chunk]
+    if done:
         state_changes.prune(writer.session)
-    if done and written is not None:
-        written += [(topic.name, partition, state, 0) for partition, state in states.items()]
     return done
 
 
@@ -326,19 +345,32 @@ def _write(writer: FencedWriter, build, path: str) -> int:
 
 
 def _delete_topic(writer: FencedWriter, topic: TopicState | None, name: str) -> int:
-    """Remove the topic's znodes (states, partitions, assignment, config) and the request."""
-    paths = []  # children before their parents
+    """Remove the topic's znodes (states, partitions, assignment, config) and the request:
+    the partitions' GROUP to a fenced multi (pipelined; a multi must stay below
+    `jute.maxbuffer`, which the znodes of 10,000 partitions exceed), then the topic's own in
+    a last one. One that fails (raced) leaves the rest to the next pass, which reads again
+    what is left."""
+    groups = []  # per GROUP partitions: children before their parents
     if topic is not None:
-        for partition in topic.replicas:
-            paths += [znodes.state_path(name, partition), znodes.partition_path(name, partition)]
-    paths += [znodes.partitions_path(name), znodes.topic_path(name),
-              znodes.topic_config_path(name), znodes.delete_request_path(name)]
+        partitions = sorted(topic.replicas)
+        for start in range(0, len(partitions), GROUP):
+            groups.append([path for p in partitions[start:start + GROUP] for path in
+                           (znodes.state_path(name, p), znodes.partition_path(name, p))])
+    tail = [znodes.partitions_path(name), znodes.topic_path(name),
+            znodes.topic_config_path(name), znodes.delete_request_path(name)]
     # which exist, in pipelined reads (one round trip per chunk, not one per znode)
-    existing = [path for path, got in zip(paths, writer.session.get_many(paths))
-                if got is not None]
-    try:
-        writer.write(lambda tx: [tx.delete(p) for p in existing])
-    except (NoNodeError, BadVersionError) as exc:
+    paths = [path for group in groups for path in group] + tail
+    existing = {path for path, got in zip(paths, writer.session.get_many(paths))
+                if got is not None}
+    groups = [[p for p in group if p in existing] for group in groups]
+    errors = writer.write_many([lambda tx, g=group: [tx.delete(p) for p in g]
+                                for group in groups if group])
+    try:  # the topic's own znodes only once every partition's are gone
+        failed = next((error for error in errors if error is not None), None)
+        if failed is not None:
+            raise failed
+        writer.write(lambda tx: [tx.delete(p) for p in tail if p in existing])
+    except (NoNodeError, BadVersionError, NotEmptyError) as exc:
         log.info("deleting %s raced another change (%s); retried on the next pass", name, exc)
         return 0
     log.info("deleted topic %s", name)

@@ -43,7 +43,7 @@ from klog.protocol.error_codes import ErrorCode
 log = logging.getLogger(__name__)
 
 ATTEMPTS = 5
-BATCH = 200  # states per multi of `alter_partitions` (and per note: state_changes.MAX_STATES)
+BATCH = 200  # states per multi of `alter_partitions`, and per note (below jute.maxbuffer)
 
 
 class IsrAsk(NamedTuple):

@@ -51,7 +51,6 @@ log = logging.getLogger(__name__)
 ROOT = znodes.STATE_CHANGES
 PREFIX = f"{ROOT}/change-"
 KEEP = 200  # notes kept: 40,000 states at 200 per multi
-MAX_STATES = 1000  # a larger multi (a topic's first states) goes without a note: 1 MB limit
 RELIST_S = 1.0  # the directory is listed at least this often, watch or not
 
 class Change(NamedTuple):

@@ -9,7 +9,7 @@ import dataclasses
 
 import pytest
 
-from cluster import controller, znodes
+from cluster import controller, state_changes, znodes
 from cluster.controller import (
     Fenced,
     FencedWriter,
@@ -125,3 +125,36 @@ def test_the_states_written_are_known_before_they_are_read_back(session):
     after = dataclasses.replace(read_fleet(session, None), brokers=survivors)
     assert known.topics == after.topics
     assert {s.leader for s, _ in known.topics["known"].states.values()} == {200, 300}
+
+
+def test_a_topic_beyond_one_multi_gets_every_first_state_and_is_deleted_whole(session):
+    """A topic of 6,000 partitions: its first states (with their parent znodes) in one multi
+    would pass ZooKeeper's jute.maxbuffer (1 MB), and the server would drop the controller's
+    connection at every try, leaving the topic without a leader for good. In multis of GROUP
+    partitions, each with its note, every state lands; deleting it is grouped the same way."""
+    count = 6000
+    session.call("create", znodes.topic_path("huge"), znodes.TopicAssignment(
+        {p: (100, 200, 300) for p in range(count)}).encode(), makepath=True)
+    election = elect(session, 1)
+    live = {node: znodes.BrokerRegistration(node, "127.0.0.1", 9000, None)
+            for node in (100, 200, 300)}
+    snapshot = dataclasses.replace(read_fleet(session, None), brokers=live)
+    written: list = []
+    chunks = -(-count // controller.GROUP)
+    assert reconcile(FencedWriter(session, election), snapshot, written=written) == chunks
+    assert len(written) == count
+    paths = [znodes.state_path("huge", p) for p in range(count)]
+    states = [znodes.PartitionState.decode(data, path)
+              for path, (data, _) in zip(paths, session.get_many(paths))]
+    assert {(s.leader, s.isr) for s in states} == {(100, (100, 200, 300))}
+    noted = session.call("get_children", state_changes.ROOT)
+    assert len(noted) == chunks  # each multi told the other appliances its states
+
+    session.call("create", znodes.delete_request_path("huge"), b"", makepath=True)
+    snapshot = read_fleet(session, None)
+    assert snapshot.deleting == {"huge"}
+    assert reconcile(FencedWriter(session, election), snapshot) == 1
+    gone = paths + [znodes.partition_path("huge", p) for p in range(count)] + [
+        znodes.partitions_path("huge"), znodes.topic_path("huge"),
+        znodes.delete_request_path("huge")]
+    assert session.get_many(gone) == [None] * len(gone)
