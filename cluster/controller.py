@@ -203,7 +203,7 @@ def reconcile(writer: FencedWriter, snapshot: FleetSnapshot, *,
             writes += 1
             if written is not None:
                 written.append((name, partition, state, version + 1))
-    return writes + advance_reassignments(writer, snapshot)
+    return writes + advance_reassignments(writer, snapshot, per_multi=GROUP)
 
 
 def with_states(snapshot: FleetSnapshot, written: list) -> FleetSnapshot:

@@ -197,9 +197,14 @@ def pruning(topic: TopicState, live: set[int], controller_epoch: int,
 
 # the controller's pass ----------------------------------------------------------------------
 
-def advance(writer, snapshot: FleetSnapshot) -> int:
+def advance(writer, snapshot: FleetSnapshot, *, per_multi: int) -> int:
     """Take up a pending request, and end the moves that can end; returns the writes made.
-    `writer` is the controller's `FencedWriter`; `Fenced` propagates to the caller."""
+    `writer` is the controller's `FencedWriter`; `Fenced` propagates to the caller.
+    At most `per_multi` states of a topic end in one pass: they and the topic's assignment go
+    in one multi, which must stay below ZooKeeper's jute.maxbuffer (1 MB; the moves of
+    several thousand partitions ending together passed it, and the server dropped the
+    controller's connection at every try). A pass that wrote wakes the next, which ends
+    more."""
     writes = 0
     if snapshot.reassign_request is not None:
         writes += _accept(writer, snapshot)
@@ -209,7 +214,9 @@ def advance(writer, snapshot: FleetSnapshot) -> int:
         if name in snapshot.deleting:
             continue
         done = finishing(topic, live, epoch) if topic.adding or topic.removing else {}
+        done = dict(sorted(done.items())[:per_multi])
         pruned = {p: s for p, s in pruning(topic, live, epoch).items() if p not in done}
+        pruned = dict(sorted(pruned.items())[:per_multi - len(done)])
         if done or pruned:
             writes += _finish(writer, topic, done, pruned)
     return writes

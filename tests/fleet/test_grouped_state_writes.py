@@ -9,7 +9,7 @@ import dataclasses
 
 import pytest
 
-from cluster import controller, state_changes, znodes
+from cluster import controller, reassignment, state_changes, znodes
 from cluster.controller import (
     Fenced,
     FencedWriter,
@@ -158,3 +158,36 @@ def test_a_topic_beyond_one_multi_gets_every_first_state_and_is_deleted_whole(se
         znodes.partitions_path("huge"), znodes.topic_path("huge"),
         znodes.delete_request_path("huge")]
     assert session.get_many(gone) == [None] * len(gone)
+
+
+def test_moves_ending_together_end_a_multi_at_a_time(session):
+    """The ends of a reassignment's moves (new states, the assignment without the moves) go
+    in one multi per topic, which must stay below jute.maxbuffer: at most `per_multi` end in
+    one pass, the next passes end the rest, and every state and the assignment come out as
+    if they had ended together."""
+    count, per_multi = 20, 8
+    session.call("create", znodes.topic_path("moving"), znodes.TopicAssignment(
+        {p: (100, 200, 300, 400) for p in range(count)},
+        {p: (400,) for p in range(count)}, {p: (300,) for p in range(count)}).encode(),
+        makepath=True)
+    for p in range(count):  # every target replica in sync: each move can end
+        session.call("create", znodes.state_path("moving", p), znodes.PartitionState(
+            300, 0, (300, 100, 200, 400), 1).encode(), makepath=True)
+    election = elect(session, 1)
+    live = {node: znodes.BrokerRegistration(node, "127.0.0.1", 9000, None)
+            for node in (100, 200, 300, 400)}
+    ended = []
+    for _ in range(5):
+        snapshot = dataclasses.replace(read_fleet(session, None), brokers=live)
+        moving = snapshot.topics["moving"]
+        ended.append(count - len(moving.adding))
+        if not moving.adding:
+            break
+        assert reassignment.advance(FencedWriter(session, election), snapshot,
+                                    per_multi=per_multi) == 1
+    assert ended == [0, 8, 16, 20]
+    final = read_fleet(session, None).topics["moving"]
+    assert final.replicas == {p: (100, 200, 400) for p in range(count)}
+    assert not final.removing
+    states = {s for s, _ in final.states.values()}
+    assert states == {znodes.PartitionState(100, 1, (100, 200, 400), election.epoch)}
