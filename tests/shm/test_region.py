@@ -243,6 +243,30 @@ def test_the_appliance_calls(tmp_path):
     assert _dev_shm(name) not in shm_names()
 
 
+def test_placement_follows_owners_through_changes_that_move_nothing(tmp_path):
+    """A change with the owners already placed (a leadership or ISR change) leaves the slots
+    as they are without walking the table; a move, a deletion and a topic created again
+    under the same name with the same owners are each placed anew."""
+    config = SimpleNamespace(broker_id=4, log_dirs=(tmp_path / "d0", tmp_path / "d1"),
+                             first_listener=SimpleNamespace(port=19192), shm_max_partitions=32)
+    appliance = ApplianceRegion.create(config)
+    try:
+        table = appliance.partitions
+        controller = FakeController({"a": SimpleNamespace(name="a", owners=(0, 1))})
+        appliance.follow(controller)
+        placed = {key: table.slot_info(slot) for key, slot in table.slots().items()}
+        controller.change("a", [0, 1])  # leaders moved, replicas did not
+        assert {key: table.slot_info(slot) for key, slot in table.slots().items()} == placed
+        controller.change("a", [0, 0])
+        assert table.slot_info(table.find("a", 1)).owner == 0
+        controller.change("a", None)
+        assert table.slots() == {}
+        controller.change("a", [0, 0])  # the same name and owners, a new topic
+        assert sorted(table.slots()) == [("a", 0), ("a", 1)]
+    finally:
+        appliance.unlink()
+
+
 def test_refuse_if_in_use_asks_without_reclaiming(shm_name):
     """What the supervisor asks before it waits for its log dirs' locks: a live creator is
     refused at once; a dead one's region is left for create_region to reclaim later."""
