@@ -2,7 +2,8 @@
 progress recorded in the topic's assignment as KIP-455 records it.
 
 **The request.** `klog cluster reassign --execute` writes `/admin/reassign_partitions` (the
-target replicas of each partition to move). The controller takes it up in one fenced multi:
+target replicas of each partition to move). The controller takes it up in one fenced multi
+(several, the last deleting the request, when the named topics' assignments are large):
 each listed partition's replicas become the target followed by the original replicas not in
 it, with `adding_replicas` (target − original) and `removing_replicas` (original − target)
 in the topic's znode, and the request node is deleted. From then on the topic znode alone
@@ -39,6 +40,10 @@ from cluster.placement import appliance_of, elect_leader
 from cluster.session import BadVersionError, NodeExistsError, NoNodeError
 
 log = logging.getLogger(__name__)
+
+# The topics' assignments one multi takes up of a request: half of ZooKeeper's default
+# jute.maxbuffer (1 MB), the rest left to the multi's framing and paths.
+ACCEPT_BYTES = 512 * 1024
 
 
 @dataclass(frozen=True)
@@ -197,17 +202,19 @@ def pruning(topic: TopicState, live: set[int], controller_epoch: int,
 
 # the controller's pass ----------------------------------------------------------------------
 
-def advance(writer, snapshot: FleetSnapshot, *, per_multi: int) -> int:
+def advance(writer, snapshot: FleetSnapshot, *, per_multi: int,
+            accept_bytes: int = ACCEPT_BYTES) -> int:
     """Take up a pending request, and end the moves that can end; returns the writes made.
     `writer` is the controller's `FencedWriter`; `Fenced` propagates to the caller.
     At most `per_multi` states of a topic end in one pass: they and the topic's assignment go
     in one multi, which must stay below ZooKeeper's jute.maxbuffer (1 MB; the moves of
     several thousand partitions ending together passed it, and the server dropped the
     controller's connection at every try). A pass that wrote wakes the next, which ends
-    more."""
+    more. A request is taken up in multis of at most `accept_bytes` of assignments
+    (`_accept`)."""
     writes = 0
     if snapshot.reassign_request is not None:
-        writes += _accept(writer, snapshot)
+        writes += _accept(writer, snapshot, max_bytes=accept_bytes)
     live = set(snapshot.brokers)
     epoch = writer.election.epoch
     for name, topic in sorted(snapshot.topics.items()):
@@ -222,26 +229,60 @@ def advance(writer, snapshot: FleetSnapshot, *, per_multi: int) -> int:
     return writes
 
 
-def _accept(writer, snapshot: FleetSnapshot) -> int:
+def _accept(writer, snapshot: FleetSnapshot, *, max_bytes: int) -> int:
+    """Take up the pending request: the named topics' new assignments, then the request's
+    deletion. Together in one multi while their assignments fit in `max_bytes`; otherwise
+    in several, each behind a check that the request is still the one read, the last one
+    deleting it. A topic's assignment lists all its partitions: two topics of 10,000 in one
+    request would pass jute.maxbuffer, and the server would drop the controller's connection
+    at every try. A pass that stops midway (a topic changed meanwhile, the controller
+    deposed or gone) leaves the request in place, and the next pass takes it up again:
+    moving a partition to the target it is already moving to, or has reached, changes
+    nothing (`start_move`)."""
     assignments, refused = accept_request(snapshot)
     for problem in refused:
         log.error("reassignment request: %s; left out", problem)
     topics = snapshot.topics
+    version = snapshot.reassign_request_version
+    encoded = {name: assignment.encode() for name, assignment in sorted(assignments.items())}
+    batches = _packed(encoded, max_bytes)
+    writes = 0
+    for i, names in enumerate(batches):
+        last = i == len(batches) - 1
 
-    def build(tx) -> None:
-        for name, assignment in sorted(assignments.items()):
-            tx.set_data(znodes.topic_path(name), assignment.encode(),
-                        version=topics[name].version)
-        tx.delete(znodes.REASSIGN_PARTITIONS, version=snapshot.reassign_request_version)
-    if not _write(writer, build, znodes.REASSIGN_PARTITIONS):
-        return 0
-    for name, assignment in sorted(assignments.items()):
-        for partition in sorted(set(assignment.adding) | set(assignment.removing)):
-            log.info("%s-%d: reassigning, replicas %s (adding %s, removing %s)", name,
-                     partition, list(assignment.partitions[partition]),
-                     list(assignment.adding.get(partition, ())),
-                     list(assignment.removing.get(partition, ())))
-    return 1
+        def build(tx, names=names, last=last) -> None:
+            for name in names:
+                tx.set_data(znodes.topic_path(name), encoded[name],
+                            version=topics[name].version)
+            if last:
+                tx.delete(znodes.REASSIGN_PARTITIONS, version=version)
+            else:
+                tx.check(znodes.REASSIGN_PARTITIONS, version)
+        if not _write(writer, build, znodes.REASSIGN_PARTITIONS):
+            return writes
+        writes += 1
+        for name in names:
+            assignment = assignments[name]
+            for partition in sorted(set(assignment.adding) | set(assignment.removing)):
+                log.info("%s-%d: reassigning, replicas %s (adding %s, removing %s)", name,
+                         partition, list(assignment.partitions[partition]),
+                         list(assignment.adding.get(partition, ())),
+                         list(assignment.removing.get(partition, ())))
+    return writes
+
+
+def _packed(encoded: dict[str, bytes], max_bytes: int) -> list[list[str]]:
+    """The topics in batches of at most `max_bytes` of assignments (a topic larger than
+    that alone); at least one batch, empty when there are no topics, for the deletion."""
+    batches: list[list[str]] = [[]]
+    size = 0
+    for name, data in encoded.items():
+        if batches[-1] and size + len(data) > max_bytes:
+            batches.append([])
+            size = 0
+        batches[-1].append(name)
+        size += len(data)
+    return batches
 
 
 def _finish(writer, topic: TopicState, done: dict[int, znodes.PartitionState],

@@ -3,7 +3,8 @@ ensemble: partition states grouped into fenced multis (`FencedWriter.write_group
 state of several groups lands; one state changed meanwhile by somebody else fails alone
 while the rest of its group still lands; a deposed controller writes nothing at all. And a
 topic of many partitions is deleted whole, its znodes found in pipelined reads; the states
-a pass wrote are known to the controller's appliance without reading them back."""
+a pass wrote are known to the controller's appliance without reading them back. A
+reassignment's ends, and its request's taking up, in multis below jute.maxbuffer too."""
 
 import dataclasses
 
@@ -191,3 +192,104 @@ def test_moves_ending_together_end_a_multi_at_a_time(session):
     assert not final.removing
     states = {s for s, _ in final.states.values()}
     assert states == {znodes.PartitionState(100, 1, (100, 200, 400), election.epoch)}
+
+
+def moving_request(session, topics: dict[str, int]) -> None:
+    """Topics of `count` partitions on (100, 200, 300), and a request moving each one's
+    partitions 0 and 1 from 300 to 400."""
+    for name, count in topics.items():
+        session.call("create", znodes.topic_path(name), znodes.TopicAssignment(
+            {p: (100, 200, 300) for p in range(count)}).encode(), makepath=True)
+        for p in range(count):
+            session.call("create", znodes.state_path(name, p), znodes.PartitionState(
+                100, 0, (100, 200, 300), 1).encode(), makepath=True)
+    session.call("create", znodes.REASSIGN_PARTITIONS, znodes.ReassignmentRequest(
+        tuple((name, p, (100, 200, 400)) for name in topics for p in (0, 1))).encode(),
+        makepath=True)
+
+
+FOUR = {node: znodes.BrokerRegistration(node, "127.0.0.1", 9000, None)
+        for node in (100, 200, 300, 400)}
+
+
+def accepted(session, names) -> dict:
+    topics = read_fleet(session, None).topics
+    return {name: (topics[name].replicas[0], topics[name].adding, topics[name].removing)
+            for name in names}
+
+
+def test_a_request_beyond_one_multi_is_taken_up_a_topic_at_a_time(session):
+    """A topic's assignment lists all its partitions, so a request naming two big topics
+    would pass jute.maxbuffer in one multi. Beyond `accept_bytes`, each topic's assignment
+    goes in its own multi behind a check of the request, and the last one deletes it; the
+    assignments come out as if written together."""
+    names = {"wide-a": 30, "wide-b": 30}
+    moving_request(session, names)
+    election = elect(session, 1)
+    snapshot = dataclasses.replace(read_fleet(session, None), brokers=FOUR)
+    assert reassignment.advance(FencedWriter(session, election), snapshot,
+                                per_multi=controller.GROUP, accept_bytes=1) == 2
+    assert session.call("exists", znodes.REASSIGN_PARTITIONS) is None
+    moving = {p: (400,) for p in (0, 1)}, {p: (300,) for p in (0, 1)}
+    assert accepted(session, names) == {name: ((100, 200, 400, 300), *moving)
+                                        for name in names}
+    zxids = {session.call("exists", znodes.topic_path(name)).mzxid for name in names}
+    assert len(zxids) == 2  # two multis
+
+
+def test_a_request_taken_up_midway_is_finished_by_the_next_pass(session):
+    """A topic changed after the pass read it: the multis before it land, the request stays,
+    and the next pass takes it up again from what it reads: the topic already moving is
+    moved to the same target again (nothing changes), the other one now, and the request
+    goes."""
+    names = {"half-a": 10, "half-b": 10}
+    moving_request(session, names)
+    election = elect(session, 1)
+    stale = dataclasses.replace(read_fleet(session, None), brokers=FOUR)
+    session.call("set", znodes.topic_path("half-b"), znodes.TopicAssignment(
+        {p: (100, 200, 300) for p in range(10)}).encode())  # the same, one version on
+    assert reassignment.advance(FencedWriter(session, election), stale,
+                                per_multi=controller.GROUP, accept_bytes=1) == 1
+    assert session.call("exists", znodes.REASSIGN_PARTITIONS) is not None
+    first = accepted(session, names)
+    assert first["half-a"][1] == {0: (400,), 1: (400,)} and not first["half-b"][1]
+    fresh = dataclasses.replace(read_fleet(session, None), brokers=FOUR)
+    assert reassignment.advance(FencedWriter(session, election), fresh,
+                                per_multi=controller.GROUP, accept_bytes=1) == 2
+    assert session.call("exists", znodes.REASSIGN_PARTITIONS) is None
+    moving = {p: (400,) for p in (0, 1)}, {p: (300,) for p in (0, 1)}
+    assert accepted(session, names) == {name: ((100, 200, 400, 300), *moving)
+                                        for name in names}
+
+
+def test_a_small_request_is_still_one_multi(session):
+    names = {"small-a": 5, "small-b": 5}
+    moving_request(session, names)
+    election = elect(session, 1)
+    snapshot = dataclasses.replace(read_fleet(session, None), brokers=FOUR)
+    assert reassignment.advance(FencedWriter(session, election), snapshot,
+                                per_multi=controller.GROUP) == 1
+    zxids = {session.call("exists", znodes.topic_path(name)).mzxid for name in names}
+    assert len(zxids) == 1
+    assert session.call("exists", znodes.REASSIGN_PARTITIONS) is None
+
+
+def test_a_request_naming_big_topics_passes_no_multi_limit(session):
+    """The real limit: six topics of 10,000 partitions, a request moving one partition of
+    each. Their assignments together are about 1.25 MB, past the ensemble's jute.maxbuffer
+    (1 MB): in one multi the server dropped the controller's connection at every try, and
+    the request was never taken up."""
+    names = [f"big-{i}" for i in range(6)]
+    for name in names:
+        session.call("create", znodes.topic_path(name), znodes.TopicAssignment(
+            {p: (100, 200, 300) for p in range(10_000)}).encode(), makepath=True)
+    session.call("create", znodes.REASSIGN_PARTITIONS, znodes.ReassignmentRequest(
+        tuple((name, 0, (100, 200, 400)) for name in names)).encode(), makepath=True)
+    election = elect(session, 1)
+    snapshot = dataclasses.replace(read_fleet(session, None), brokers=FOUR)
+    assert reassignment.advance(FencedWriter(session, election), snapshot,
+                                per_multi=controller.GROUP) == 3
+    assert session.call("exists", znodes.REASSIGN_PARTITIONS) is None
+    topics = read_fleet(session, None).topics
+    assert {name: (topics[name].replicas[0], topics[name].adding) for name in names} == {
+        name: ((100, 200, 400, 300), {0: (400,)}) for name in names}
