@@ -70,7 +70,7 @@ def compile_struct(cls: Any, version: int, flexible: bool) -> StructCodec:
 
 
 def _builder(cls: Any, names: tuple[str, ...], absent: list) -> Callable[[tuple], Any]:
-    static, mutable = _absent_defaults(absent)
+    static = _absent_defaults(absent)
     new = object.__new__
 
     def build(values: tuple) -> Any:
@@ -78,8 +78,6 @@ def _builder(cls: Any, names: tuple[str, ...], absent: list) -> Callable[[tuple]
         obj.__dict__ = d = dict(zip(names, values))
         if static:
             d.update(static)
-        for name, factory in mutable:
-            d[name] = factory()
         return obj
 
     return build
@@ -124,10 +122,10 @@ def _reader_for(field: Any, version: int, flexible: bool, nullable: bool) -> Any
     return field.type.reader(version, flexible, nullable)
 
 
-def _absent_defaults(absent: list) -> tuple[dict[str, Any], list]:
-    static = {f.name: f.default() for f in absent if f.default_factory()[1] is None}
-    mutable = [(f.name, f.default_factory()[1]) for f in absent if f.default_factory()[1]]
-    return static, mutable
+def _absent_defaults(absent: list) -> dict[str, Any]:
+    """The immutable defaults of the fields a version lacks; a list or struct default is
+    made on first use (`Field.__get__`)."""
+    return {f.name: f.default() for f in absent if f.default_factory()[1] is None}
 
 
 def _steps(fields: list, version: int, flexible: bool) -> tuple[list, list]:
@@ -200,7 +198,7 @@ def _single_write(name: str, write: Any) -> WriteStep:
 
 
 def _struct_reader(cls: Any, steps: list, absent: list, read_tags: Any) -> Any:
-    static, mutable = _absent_defaults(absent)
+    static = _absent_defaults(absent)
     new, type_name = object.__new__, cls.__name__
 
     def read(buf: Any, pos: int) -> tuple[Any, int]:
@@ -211,8 +209,6 @@ def _struct_reader(cls: Any, steps: list, absent: list, read_tags: Any) -> Any:
                 pos = step(buf, pos, d)
             if static:
                 d.update(static)
-            for name, factory in mutable:
-                d[name] = factory()
             if read_tags is not None:
                 label = "tagged fields"
                 pos = read_tags(buf, pos, d)
@@ -272,9 +268,10 @@ def _tag_writer(tagged: list, version: int) -> Any:
 
     def write_tags(out: bytearray, obj: Any) -> None:
         fields = []
+        given = obj.__dict__
         for tag, name, write, default in plan:
-            value = getattr(obj, name)
-            if value != default:
+            value = given.get(name, default)  # a list or struct never made is its default
+            if value is not default and value != default:
                 fields.append((tag, encoded_value(write, value)))
         write_tagged_fields(out, fields)
 

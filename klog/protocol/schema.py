@@ -18,7 +18,9 @@ so ``tests/protocol/test_schema_vs_kafka.py`` can check every declaration agains
 schema files. Instances are plain objects: constructed by keyword, a missing field takes its
 default (``0``, ``""``, ``[]``, ``False``, ``None`` where the field is nullable in some version,
 or the explicit ``default=``), and decoded instances have every declared field as an attribute,
-including those absent from the decoded version (at their defaults).
+including those absent from the decoded version (at their defaults). A list or struct default
+is made on first use (`Field.__get__`), so a field nobody reads costs nothing; the
+encoder treats one never made as its default.
 
 Encoding and decoding are interpreted from the declarations by :mod:`klog.protocol.codec`, which
 compiles a plan per (class, version) once and caches it on the class.
@@ -92,6 +94,20 @@ class Field:
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
 
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        """On the class, the declaration. On an instance, reached only while the instance
+        has no value of its own (a value in its ``__dict__`` comes first): a list or struct
+        default, made now and kept. Why not at construction: a Fetch answer's partition has
+        three tagged structs that a version below 12 never sends, and a newer one sends only
+        when set; made with every instance, they were most of what an idle consumer of
+        10,000 partitions cost its leader."""
+        if obj is None:
+            return self
+        value, factory = self.default_factory()
+        if factory is not None:
+            value = obj.__dict__[self.name] = factory()
+        return value
+
     def is_nullable(self, version: int) -> bool:
         return version in self.nullable
 
@@ -126,21 +142,18 @@ class Struct:
     fields: ClassVar[tuple[Field, ...]] = ()
     _names: ClassVar[frozenset[str]] = frozenset()
     _static_defaults: ClassVar[dict[str, Any]] = {}
-    _mutable_defaults: ClassVar[tuple[tuple[str, Callable[[], Any]], ...]] = ()
     _codecs: ClassVar[dict[tuple[int, bool], codec.StructCodec]]
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         cls.fields = tuple(v for v in vars(cls).values() if isinstance(v, Field))
         cls._names = frozenset(f.name for f in cls.fields)
-        static, mutable = {}, []
-        for field in cls.fields:
+        static = {}
+        for field in cls.fields:  # a list or struct default is made on use (Field.__get__)
             value, factory = field.default_factory()
             if factory is None:
                 static[field.name] = value
-            else:
-                mutable.append((field.name, factory))
-        cls._static_defaults, cls._mutable_defaults = static, tuple(mutable)
+        cls._static_defaults = static
         cls._codecs = {}
 
     def __init__(self, **values: Any) -> None:
@@ -149,9 +162,6 @@ class Struct:
             raise TypeError(f"{type(self).__name__} has no field(s) {unknown}")
         d = self.__dict__
         d.update(self._static_defaults)
-        for name, factory in self._mutable_defaults:
-            if name not in values:
-                d[name] = factory()
         d.update(values)
 
     @classmethod

@@ -39,6 +39,42 @@ def test_construction_by_keyword_with_defaults():
         Toy(nme="typo")
 
 
+def test_list_and_struct_defaults_are_made_on_first_use_and_kept():
+    """A default list or struct is not made with the instance (a Fetch answer's partition
+    carries three tagged structs that most versions never send), but on first use, once per
+    instance: what is appended to it or set on it stays."""
+    part = fetch.PartitionData(partition_index=1, error_code=0, high_watermark=5)
+    assert not {"current_leader", "diverging_epoch", "snapshot_id"} & vars(part).keys()
+    leader = part.current_leader
+    assert (leader.leader_id, leader.leader_epoch) == (-1, -1)
+    leader.leader_id = 7
+    assert part.current_leader is leader and part.current_leader.leader_id == 7
+    other = fetch.PartitionData(partition_index=2, error_code=0, high_watermark=5)
+    assert other.current_leader.leader_id == -1 and other.current_leader is not leader
+    toy = Toy()
+    toy.points.append(Point(x=1))
+    assert toy.points == [Point(x=1)] and Toy().points == []
+    assert isinstance(Toy.points, Field)  # on the class, the declaration
+
+
+def test_a_tagged_struct_never_used_is_not_sent_and_one_set_is():
+    """The encoder takes a tagged field never made for its default: no tag; set, it travels
+    (Fetch v12's current leader, KIP-951), and decodes to what was set."""
+    def answer(**kw):
+        return fetch.Response(throttle_time_ms=0, error_code=0, session_id=0, responses=[
+            fetch.FetchableTopicResponse(topic="t", partitions=[fetch.PartitionData(
+                partition_index=0, error_code=0, high_watermark=5, records=b"", **kw)])])
+    plain, touched = answer(), answer()
+    assert touched.responses[0].partitions[0].current_leader.leader_id == -1  # made, default
+    assert encode(plain, 12) == encode(touched, 12)
+    led = answer(current_leader=fetch.LeaderIdAndEpoch(leader_id=3, leader_epoch=4))
+    data = encode(led, 12)
+    assert len(data) > len(encode(plain, 12))
+    got = fetch.Response.decode(data, 12).responses[0].partitions[0]
+    assert (got.current_leader.leader_id, got.current_leader.leader_epoch) == (3, 4)
+    assert got.diverging_epoch == fetch.EpochEndOffset()  # absent: its default, made on use
+
+
 def test_struct_types_are_module_attributes_named_as_in_kafka():
     assert produce.TopicProduceData.__name__ == "TopicProduceData"
     assert produce.Response is produce.ProduceResponse
