@@ -5,9 +5,11 @@ from __future__ import annotations
 import threading
 import time
 
+from klog.admin import Admin
 from klog.protocol.apis import fetch, init_producer_id, produce
 from klog.protocol.error_codes import ErrorCode
 from klog.protocol.records import build_batch
+from klog.types import TopicPartition
 from tests.interop.helpers import create_topic
 from tests.worker.raw import RawClient
 
@@ -115,5 +117,34 @@ def test_a_fetch_waiting_on_another_workers_partition_is_woken_by_its_append(
     assert max(delays) < 1.0, delays  # woken by the append, not by the 5 s timeout
     print(f"cross-worker long-poll wake-up after append: "
           f"{[round(d * 1000, 2) for d in delays]} ms")
+    consumer.close()
+    producer.close()
+
+
+def test_a_consumer_fetch_nothing_woke_answers_what_it_read_when_it_began(appliance):
+    """A consumer's fetch that waits out its max_wait_ms without an append or a move of the
+    high watermark (either would wake it) is answered with the read it began with, not read
+    again: an idle consumer of many partitions costs one read of each per fetch, not two.
+    What only that second read would have seen is told by the next fetch: here a log start
+    that DeleteRecords moved while the fetch waited (it wakes no fetch)."""
+    create_topic(appliance.bootstrap, "idle-read", 1)
+    producer = RawClient(appliance.port)
+    batch = build_batch([(int(time.time() * 1000), None, b"x", [])] * 3)
+    producer.call(produce, 8, **produce_request("idle-read", batch, acks=1))
+    consumer = RawClient(appliance.port)
+    started = time.perf_counter()
+    consumer.send(fetch, 11, **fetch_request("idle-read", 3, 1500))  # at the log end
+    time.sleep(0.3)
+    with Admin(appliance.bootstrap) as admin:
+        assert admin.delete_records({TopicPartition("idle-read", 0): 2}) == {
+            TopicPartition("idle-read", 0): 2}
+    answer = consumer.receive()
+    waited = time.perf_counter() - started
+    part = answer.responses[0].partitions[0]
+    assert waited >= 1.4, waited  # nothing woke it: it waited out max_wait_ms
+    assert (part.error_code, part.high_watermark, len(part.records or b"")) == (0, 3, 0)
+    assert part.log_start_offset == 0  # as read when it began
+    again = consumer.call(fetch, 11, **fetch_request("idle-read", 3, 0))
+    assert again.responses[0].partitions[0].log_start_offset == 2
     consumer.close()
     producer.close()

@@ -236,7 +236,7 @@ def handle(worker: HandlerContext, request):
     keys = [(t.topic, p.partition) for t in body.topics for p in t.partitions]
     woken = worker.waiters.register(keys, replica=replica)  # in the step that just read
     poll = _long_poll(worker, body, worker.now_ms() + body.max_wait_ms, denied, incremental,
-                      keys, woken)
+                      keys, woken, response if total == 0 else None)
     if session is not None or request.header.api_version >= leader_hints.FETCH_HINTS_VERSION:
         poll = _answered_later(worker, request, session, poll)
     task = asyncio.ensure_future(poll)
@@ -261,18 +261,34 @@ async def _answered_later(worker, request, session, poll):
     return _answer(worker, request, session, await poll)
 
 
-async def _long_poll(worker, body, deadline_ms, denied, incremental, keys, woken):
+async def _long_poll(worker, body, deadline_ms, denied, incremental, keys, woken, empty=None):
     """Wait for appends, then read again. `woken` was registered in the same step as the
     read before this coroutine (and each later one is registered right after its read, no
     await between them), so an append that lands while this waits, or before it first ran,
-    is never missed."""
+    is never missed.
+
+    `empty`: the answer of that read when it carried no records. A consumer's fetch that
+    nothing woke until its deadline is answered with it, not read again: an append or a
+    move of the high watermark (which bounds what a consumer reads, and with it the last
+    stable offset) would have woken it, so the read would find what it found. At most a log
+    start moved by retention is up to `max_wait_ms` old, and a leadership that moved away
+    meanwhile is told by the client's next fetch, which follows at once. Why: an idle
+    consumer of 10,000 partitions asks for all of them twice a second (a consumer's fetch
+    gets no session here, fetch_sessions.py), and the second read of each was a third of
+    what its workers spent. A
+    follower's fetch is read again: a high watermark moved by another follower does not
+    wake it, and the answer is how followers learn it."""
     replica = body.replica_id >= 0
     while True:
         remaining_ms = deadline_ms - worker.now_ms()
+        was_woken = False
         if remaining_ms > 0:
-            await worker.waiters.wait_registered(woken, keys, remaining_ms / 1000,
-                                                 replica=replica)
+            was_woken = await worker.waiters.wait_registered(woken, keys, remaining_ms / 1000,
+                                                             replica=replica)
+        if empty is not None and not was_woken and not replica:
+            return empty
         response, total, errored = build(worker, body, denied, incremental)
         if errored or total >= max(body.min_bytes, 1) or deadline_ms <= worker.now_ms():
             return response
+        empty = response if total == 0 else None
         woken = worker.waiters.register(keys, replica=replica)
