@@ -5,7 +5,9 @@ of three appliances of two workers each is six workers, and a benchmark of one f
 one producer on this host shares its two cores with all of them. Measured over `--seconds`
 after the fleet has settled (topics created, every partition led):
 
-- one appliance of two workers, with no partitions and with `--partitions` of them;
+- one appliance of two workers, with no partitions and with `--partitions` of them, then with
+  a librdkafka consumer group of all of them polling (nothing to read): a consumer's fetch
+  has no session, so each names every partition of its worker, twice a second;
 - a fleet of three (a private three-server ZooKeeper) with a topic of 12 partitions
   replicated three times (each follower's fetch waits `replica.fetch.wait.max.ms` at its
   leader: an idle follower still asks twice a second).
@@ -20,9 +22,11 @@ Run: .venv/bin/python perf/bench_idle.py [--seconds 10] [--partitions 4000] [--n
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -74,8 +78,40 @@ def appliance_rows(seconds: float, partitions: int) -> None:
                 time.sleep(3)  # past the creations' own work (logs opened, shm published)
                 show(f"one appliance, 2 workers, {count:,} partitions, idle",
                      idle_shares(processes(appliance), seconds))
+                if count:
+                    with polling_consumer(appliance.bootstrap, count):
+                        show(f"the same, a librdkafka consumer group of all {count:,} "
+                             f"polling at its defaults (nothing to read)",
+                             idle_shares(processes(appliance), seconds))
             finally:
                 appliance.stop()
+
+
+@contextlib.contextmanager
+def polling_consumer(bootstrap: str, count: int):
+    """A confluent-kafka consumer (its defaults) assigned every `idle-*` partition, polling
+    on a thread of its own: it fetches every partition of each worker in one Fetch, twice a
+    second (fetch.wait.max.ms 500), as a consumer of a big topic does between messages."""
+    from confluent_kafka import Consumer
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "idle-consumer",
+                         "auto.offset.reset": "latest"})
+    consumer.subscribe(["^idle-.*"])
+    stop = threading.Event()
+    deadline = time.monotonic() + 120
+    while len(consumer.assignment()) < count and time.monotonic() < deadline:
+        consumer.poll(0.2)
+    assert len(consumer.assignment()) == count, len(consumer.assignment())
+    thread = threading.Thread(target=lambda: [consumer.poll(0.2) for _ in iter(
+        stop.is_set, True)])
+    thread.start()
+    try:
+        time.sleep(3)  # its offsets looked up, its fetches going
+        yield
+    finally:
+        stop.set()
+        thread.join()
+        consumer.close()
 
 
 def fleet_row(seconds: float) -> None:
