@@ -5,7 +5,9 @@ One appliance of two workers (two log dirs), 64 KiB segments with 64 KiB indexes
 partitions. For each size: creation time (CreateTopics of every topic, one request each),
 Metadata of all topics (median of rounds, one warm connection), descriptors, RSS and mappings
 per worker (idle), the restart of the whole appliance to serving, and a worker's kill -9 to
-serving again.
+serving again. And a producer writing one message to each partition (librdkafka's defaults,
+acks=all, beside acks=1 in the same run): the one place where the partition count reaches
+the disk, one sync per log.
 
 The appliance runs under ``prlimit --nofile=H:H`` with H from ``--nofile`` (default: this
 shell's hard limit): the supervisor raises the soft limit to H at start.
@@ -104,6 +106,23 @@ def _read_frame(sock) -> int:
     return size
 
 
+def wide_produce_s(appliance, size: int, acks: str) -> float:
+    """A librdkafka producer at its defaults but `acks`: one 100-byte message to each
+    partition, until every one is acknowledged (s). With acks=all each partition's log is
+    made durable before its answer (group_commit.py): the many logs of one round share one
+    syncfs of their filesystem; with acks=1 nothing waits for the disk."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": appliance.bootstrap, "acks": acks})
+    producer.list_topics(timeout=60)  # its metadata in hand before the clock starts
+    t = time.perf_counter()
+    for i in range(size):
+        producer.produce(f"many-{i // PER_TOPIC}", b"x" * 100, partition=i % PER_TOPIC)
+        producer.poll(0)
+    assert producer.flush(300) == 0
+    return time.perf_counter() - t
+
+
 def kill_worker_to_serving(appliance, index: int = 0) -> float:
     old = appliance.worker_pid(index)
     t = time.perf_counter()
@@ -131,6 +150,10 @@ def run(size: int, rounds: int, nofile: int) -> dict:
             created_s = time.perf_counter() - t
             md_ms, seen = metadata_ms(appliance, rounds)
             assert seen == size, (seen, size)
+            wide = {acks: [] for acks in ("all", "1")}
+            for _ in range(2):  # alternating: the machine's load drifts
+                for acks in wide:
+                    wide[acks].append(wide_produce_s(appliance, size, acks))
             idle = worker_figures(appliance)
             appliance.stop()
             t = time.perf_counter()
@@ -145,7 +168,8 @@ def run(size: int, rounds: int, nofile: int) -> dict:
         finally:
             appliance.stop()
     return dict(size=size, created_s=created_s, metadata_ms=md_ms, metadata_after_ms=md_after,
-                restart_s=restart_s, kill_s=kill_s, idle=idle, after_kill=after_kill)
+                restart_s=restart_s, kill_s=kill_s, idle=idle, after_kill=after_kill,
+                wide=wide)
 
 
 def main() -> None:
@@ -167,6 +191,9 @@ def main() -> None:
               f"{workers}")
         workers = "  ".join(f"{f} / {m:.0f} / {n}" for f, m, n in r["after_kill"])
         print(f"{'':>10} after the kill -9 and restart of worker 0: {workers}")
+        print(f"{'':>10} one message to each partition, librdkafka at its defaults (s, two "
+              f"rounds): acks=all " + ", ".join(f"{x:.2f}" for x in r["wide"]["all"])
+              + "; acks=1 " + ", ".join(f"{x:.2f}" for x in r["wide"]["1"]))
 
 
 if __name__ == "__main__":

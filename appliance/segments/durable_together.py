@@ -21,10 +21,11 @@ after it, from the loop. Where `syncfs` is missing, each file and directory is f
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import logging
 import os
 import threading
+
+from appliance.segments import filesystems
 
 log = logging.getLogger(__name__)
 
@@ -84,31 +85,16 @@ def _write(tmp: str, text: str) -> None:
 
 def _sync(paths: list[str], *, files: bool) -> None:
     """One syncfs per filesystem the paths are on; fsync of each where syncfs is missing."""
-    devices: dict[int, str] = {}
-    for path in paths:
-        devices.setdefault(os.stat(path).st_dev, path)
-    for path in (devices.values() if _syncfs is not None else dict.fromkeys(paths)):
-        flags = os.O_RDONLY if files or _syncfs is not None else os.O_RDONLY | os.O_DIRECTORY
-        fd = os.open(path, flags)
+    if filesystems.AVAILABLE:
+        devices: dict[int, str] = {}
+        for path in paths:
+            devices.setdefault(os.stat(path).st_dev, path)
+        for path in devices.values():
+            filesystems.sync_filesystem_of(path)
+        return
+    for path in dict.fromkeys(paths):
+        fd = os.open(path, os.O_RDONLY if files else os.O_RDONLY | os.O_DIRECTORY)
         try:
-            if _syncfs is None:
-                os.fsync(fd)
-            elif _syncfs(fd) != 0:
-                error = ctypes.get_errno()
-                raise OSError(error, f"syncfs: {os.strerror(error)}", path)
+            os.fsync(fd)
         finally:
             os.close(fd)
-
-
-def _load_syncfs():
-    try:
-        function = ctypes.CDLL(None, use_errno=True).syncfs
-    except (OSError, AttributeError):
-        log.info("syncfs is not available: checkpoint files are fsynced one by one")
-        return None
-    function.argtypes = [ctypes.c_int]
-    function.restype = ctypes.c_int
-    return function
-
-
-_syncfs = _load_syncfs()

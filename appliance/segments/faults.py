@@ -15,7 +15,7 @@ Points (the engine's contract with its tests):
 ``log.roll.before_seal``              the new segment exists, the old one is not trimmed yet
 ``log.after_roll``                    the new segment exists, the old one is sealed
 ``log.retention.after_rename``        expired segments renamed to .deleted, checkpoint not written
-``log.flush.before_sync``             just before fdatasync in a flush
+``log.flush.before_sync``             just before fdatasync in a flush, or the syncfs of many logs
 ``cleaner.after_cleaned``             a cleaned segment's ``.cleaned`` files written and synced
 ``cleaner.after_promote``             they are renamed ``.swap`` (the swap is decided)
 ``cleaner.after_replace_live``        the swap's files hold the live names of its first segment

@@ -23,6 +23,7 @@ readable, the StorageError says the flush failed, and they are not counted as du
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import shutil
@@ -111,6 +112,7 @@ class PartitionLog:
         # if no truncation happened since it started; truncations count here
         self.cleaning_lock = threading.Lock()
         self.truncations = 0
+        self._end_cuts = 0  # moves of the log end down (set_end_offsets): see unsynced_end
 
     @classmethod
     def open(cls, directory: str, config: LogConfig, *, now_ms: int, verify: str = "tail",
@@ -439,6 +441,37 @@ class PartitionLog:
                 self._recovery_point = end
             return self._recovery_point
 
+    def unsynced_end(self) -> tuple[int, int] | None:
+        """Before a sync of this log's whole filesystem (group_commit.py): what it will make
+        durable, to hand to :meth:`synced_through` after it; None when everything is durable
+        already. Thread-safe. The bytes below the log end read here are written (an append
+        moves the end after its write), so a sync that begins after this call covers them."""
+        cuts = self._end_cuts  # before the end: a cut between the two reads is seen as one
+        end = self._log_end_offset
+        if end <= self._recovery_point:
+            return None
+        return end, cuts
+
+    @functools.cached_property
+    def device(self) -> int:
+        """The filesystem the log lies on (st_dev): logs on one are synced together."""
+        return os.stat(self.directory).st_dev
+
+    def synced_through(self, unsynced: tuple[int, int]) -> int | None:
+        """After a sync of the whole filesystem that began after :meth:`unsynced_end` gave
+        `unsynced`: the new recovery point. None when the log end was cut meanwhile (a
+        follower's truncation): bytes below that end may have been written again after the
+        sync began, and the caller syncs this log itself (:meth:`flush_through`).
+        Thread-safe. Raises LogClosedError."""
+        end, cuts = unsynced
+        with self.segments.lock:
+            if self._closed:
+                raise LogClosedError(self.directory)
+            if self._end_cuts != cuts:
+                return None
+            self._recovery_point = max(self._recovery_point, end)
+            return self._recovery_point
+
     # -- reading (log_reads.py) -------------------------------------------------------------
 
     def read(self, offset: int, max_bytes: int, *, committed: bool = False) -> ReadSlice:
@@ -540,10 +573,13 @@ class PartitionLog:
                 cleaning_swap.discard_all(self.directory)
 
     def set_end_offsets(self, end: int) -> None:
-        """After a truncation (retention.py): the log end, and what may not exceed it."""
+        """After a truncation (retention.py): the log end, and what may not exceed it. The
+        end moves first and the count of cuts after it (`unsynced_end` reads them in the
+        other order)."""
         self._log_end_offset = end
         self._high_watermark = min(self._high_watermark, end)
         self._recovery_point = min(self._recovery_point, end)
+        self._end_cuts += 1
 
     def set_log_start_offset(self, offset: int) -> None:
         """Retention and DeleteRecords (retention.py) move the log start; it is persisted,

@@ -94,7 +94,8 @@ class Worker:
         self.remote = RemoteLogs(region, config.log_dirs, index)
         self.statistics = WorkerStatistics(enabled=config.metrics_port is not None)
         self.committer = GroupCommitter(on_sync=self.statistics.group_commit_synced
-                                        if self.statistics.enabled else None)
+                                        if self.statistics.enabled else None,
+                                        log_dirs=[str(self.log_dir)])
         # the replicas of this disk, and in cluster mode their leader and follower roles
         self.replication = ReplicaManager(ReplicaContext(
             node_id=self.node_id, worker_index=index, log_dir=self.log_dir,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from appliance.segments import PartitionLog, durable_together
+from appliance.segments import PartitionLog, durable_together, filesystems
 from appliance.segments.layout import STATE_FILE, log_start_on_disk, read_state, replace_durably
 from appliance.segments.leader_epochs import CHECKPOINT_FILE
 from tests.segments.batches import make_batch
@@ -95,7 +95,7 @@ def test_a_deleted_or_swept_temporary_file_is_handled(tmp_path):
 
 
 def test_without_syncfs_each_file_is_fsynced(tmp_path, monkeypatch):
-    monkeypatch.setattr(durable_together, "_syncfs", None)
+    monkeypatch.setattr(filesystems, "AVAILABLE", False)
     synced = []
     real_fsync = os.fsync
     monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd)))

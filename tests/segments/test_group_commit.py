@@ -12,6 +12,7 @@ import time
 import pytest
 
 from appliance.segments import GroupCommitter, LogClosedError, PartitionLog, StorageError, faults
+from appliance.segments.group_commit import FILESYSTEM_SYNC_LOGS
 
 from .batches import make_batch
 from .conftest import SMALL
@@ -149,6 +150,111 @@ def test_a_failed_sync_fails_that_logs_waiters_of_that_round(open_log, tmp_path,
     assert all(isinstance(e, StorageError) and "EIO" in str(e) for e in failed)
     assert failed[0] is failed[1] is failed[2]  # one sync, one error, all its waiters
     assert retried == 3 and stats.failures == 1
+
+
+WIDE = FILESYSTEM_SYNC_LOGS + 3  # logs in one round: beyond the filesystem sync's bar
+
+
+def wide_rounds(tmp_path, monkeypatch, rounds=1, arrange=None, log_dirs=True):
+    """WIDE logs under `tmp_path`, each round one append to each and their waiters in one
+    round of the committer (the round before waits in its fdatasync); `arrange()` runs
+    before each such round starts. The committer knows `tmp_path` as its log dir when
+    `log_dirs`. Returns, per round, (each waiter's outcome, the fdatasync calls of the
+    round), the logs' recovery points, and the statistics."""
+    blocker = PartitionLog.open(str(tmp_path / "blocker-0"), SMALL, now_ms=0)
+    logs = [PartitionLog.open(str(tmp_path / f"wide-{i}"), SMALL, now_ms=0)
+            for i in range(WIDE)]
+    syncing, gate = threading.Event(), threading.Event()
+    synced = []
+    real = os.fdatasync
+
+    def fdatasync(fd):
+        syncing.set()
+        gate.wait(5)
+        synced.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+
+    async def produce(committer):
+        results = []
+        for _ in range(rounds):
+            syncing.clear()
+            gate.clear()
+            first = committer.durable(blocker, blocker.append(make_batch(), now_ms=0)
+                                      .last_offset)
+            await asyncio.get_running_loop().run_in_executor(None, syncing.wait, 5)
+            waiters = [committer.durable(log, log.append(make_batch(records=2), now_ms=0)
+                                         .last_offset) for log in logs]
+            if arrange is not None:
+                arrange()
+            synced.clear()
+            gate.set()
+            await first
+            outcomes = await asyncio.gather(*waiters, return_exceptions=True)
+            results.append((outcomes, [fd for fd in synced if fd != blocker.segments.active.fd]))
+        return results
+
+    try:
+        with GroupCommitter(log_dirs=[str(tmp_path)] if log_dirs else ()) as committer:
+            results = asyncio.run(produce(committer))
+            stats = committer.statistics()
+        return results, [log.recovery_point for log in logs], stats
+    finally:
+        blocker.close()
+        for log in logs:
+            log.close()
+
+
+def test_many_logs_of_one_filesystem_share_one_syncfs(tmp_path, monkeypatch):
+    """A producer writing one batch to each of many partitions with acks=all: their logs'
+    round is made durable by one syncfs of the filesystem, not one fdatasync each, and each
+    waiter gets its log's new recovery point."""
+    [(outcomes, synced)], points, stats = wide_rounds(tmp_path, monkeypatch)
+    assert outcomes == [2] * WIDE and points == [2] * WIDE
+    assert synced == []  # no fdatasync of any of them
+    assert stats.filesystem_syncs == 1 and stats.syncs == 2  # the blocker's, then the syncfs
+
+
+def test_without_its_log_dirs_the_committer_syncs_each_log(tmp_path, monkeypatch):
+    """A syncfs reports only the errors that came after its descriptor was opened: a
+    committer not told its log dirs at start (so before any append) never uses one."""
+    [(outcomes, synced)], points, stats = wide_rounds(tmp_path, monkeypatch, log_dirs=False)
+    assert outcomes == [2] * WIDE and len(synced) == WIDE
+    assert stats.filesystem_syncs == 0
+
+
+def test_a_failed_syncfs_syncs_each_log_on_its_own_from_then_on(tmp_path, monkeypatch):
+    """A syncfs that fails says nothing of which file: every log of it is synced on its
+    own, so each waiter gets its own log's outcome (here all succeed, the injected error
+    being the syncfs's alone); and later rounds of that filesystem sync each log too, since
+    the descriptor has had its one report of the error."""
+    def fail_the_first_syncfs():
+        if not armed:
+            armed.append(True)
+            faults.arm("log.flush.before_sync", OSError(errno.EIO, "injected"))
+    armed: list = []
+    results, points, stats = wide_rounds(tmp_path, monkeypatch, rounds=2,
+                                         arrange=fail_the_first_syncfs)
+    assert [outcomes for outcomes, _ in results] == [[2] * WIDE, [4] * WIDE]
+    assert [len(synced) for _, synced in results] == [WIDE, WIDE]
+    assert stats.filesystem_syncs == 0 and points == [4] * WIDE
+
+
+def test_a_log_cut_while_its_filesystem_syncs_is_synced_on_its_own(open_log):
+    """What the syncfs made durable is the log end read before it began; a log whose end
+    was cut meanwhile (a follower's truncation) may have had those offsets written again
+    after: it is not marked durable by that sync."""
+    log = open_log()
+    for _ in range(3):
+        log.append(make_batch(), now_ms=0)
+    before = log.unsynced_end()
+    log.truncate_to(1, now_ms=0)
+    log.append(make_batch(records=3), now_ms=0)
+    assert log.synced_through(before) is None and log.recovery_point <= 1
+    ends = log.unsynced_end()
+    assert log.synced_through(ends) == 4 == log.recovery_point
+    assert log.unsynced_end() is None  # durable through its end
 
 
 def test_storage_errors_reach_the_waiters(open_log, monkeypatch):
