@@ -285,6 +285,12 @@ class PartitionTable:
                 return _new_tuple(PartitionView, current.prefix + fields)
         raise FreeSlotError(f"partition slot {slot} kept being reallocated while read")
 
+    def log_seq(self, slot: int) -> int:
+        """The sequence number of the slot's log part: it moves with every write of its
+        owner, so a reader that saw the same number last time can skip reading the part
+        (a watch of many partitions for appends, worker.py). One 8-byte load."""
+        return _load(self._buf, self._base + self._stride * slot + PARTITION_DIR_BYTES)
+
     def lookup_position(self, slot: int, offset: int) -> IndexPosition | None:
         """Where to start reading ``offset`` from the hot index ring (see PartitionView)."""
         return self.read_partition(slot).lookup(offset)

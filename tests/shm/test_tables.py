@@ -99,6 +99,24 @@ def test_publish_and_read(table):
     assert "index_ring=<0 entries>" in repr(view)
 
 
+def test_log_seq_moves_with_each_write_of_the_log_part_only(table):
+    """What a watch of many partitions compares (worker.py): the log part's sequence moves
+    with every publish of its slot, not with another slot's, nor with a read."""
+    a = table.allocate_partition("t", 0, owner=1)
+    b = table.allocate_partition("t", 1, owner=1)
+    other = PartitionTable(table._buf, SMALL)  # another process's view
+    epoch = table.slot_info(a).epoch
+    before = other.log_seq(a), other.log_seq(b)
+    table.publish_partition(a, epoch, 0, 5, 5, 0, 700, 700, [(2, 0)], 5, 700)
+    after = other.log_seq(a), other.log_seq(b)
+    assert after[0] != before[0] and after[0] % 2 == 0  # written, and not mid-write
+    assert after[1] == before[1]
+    other.read_partition(a)
+    assert other.log_seq(a) == after[0]
+    table.publish_partition(a, epoch, 0, 9, 9, 0, 900, 900, [(2, 0)], 4, 200)  # appended
+    assert other.log_seq(a) != after[0]
+
+
 def test_bad_values_are_refused_before_the_entry_is_touched(table):
     slot = table.allocate_partition("t", 0, owner=0)
     epoch = table.slot_info(slot).epoch
