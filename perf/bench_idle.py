@@ -83,8 +83,37 @@ def appliance_rows(seconds: float, partitions: int) -> None:
                         show(f"the same, a librdkafka consumer group of all {count:,} "
                              f"polling at its defaults (nothing to read)",
                              idle_shares(processes(appliance), seconds))
+                    with polling_klog_consumer(appliance.bootstrap, count):
+                        show(f"the same, klog's consumer group of all {count:,} polling at "
+                             f"its defaults (nothing to read)",
+                             idle_shares(processes(appliance), seconds))
             finally:
                 appliance.stop()
+
+
+@contextlib.contextmanager
+def polling_klog_consumer(bootstrap: str, count: int):
+    """klog's own Consumer (its defaults) in a group of every `idle-*` partition, polling on
+    a thread of its own. It spreads its reads over the appliance's workers, so each worker
+    serves, and watches for appends, partitions of the other (worker.py)."""
+    consumer = klog.Consumer(bootstrap_servers=bootstrap, group_id="idle-klog-consumer",
+                             auto_offset_reset="latest")
+    consumer.subscribe(pattern="^idle-.*")
+    deadline = time.monotonic() + 120
+    while len(consumer.assignment()) < count and time.monotonic() < deadline:
+        consumer.poll(timeout_ms=200)
+    assert len(consumer.assignment()) == count, len(consumer.assignment())
+    stop = threading.Event()
+    thread = threading.Thread(target=lambda: [consumer.poll(timeout_ms=200) for _ in iter(
+        stop.is_set, True)])
+    thread.start()
+    try:
+        time.sleep(3)  # its offsets looked up, its fetches going
+        yield
+    finally:
+        stop.set()
+        thread.join()
+        consumer.close()
 
 
 @contextlib.contextmanager

@@ -8,12 +8,12 @@ Region map (``Geometry`` computes the offsets; W = max_workers, P = max_partitio
 K = index_entries)::
 
     0                    header page (4096 bytes; 128 used)
-    workers_offset       W worker slots          WORKER_SLOT_BYTES (384) each
+    workers_offset       W worker slots          WORKER_SLOT_BYTES (448) each
     partitions_offset    P partition slots       partition_slot_bytes each (page-aligned start)
     out_offset           W fetch-out tables      out_table_bytes each (page-aligned start)
     metrics_offset       W metrics areas         METRICS_AREA_BYTES (256 KiB) each
 
-    total_bytes = page_up(page_up(page_up(4096 + 384 W) + P (320 + line_up(96 + 8 K)))
+    total_bytes = page_up(page_up(page_up(4096 + 448 W) + P (320 + line_up(96 + 8 K)))
                           + W line_up(64 + 24 P)) + W 262144
 
     W=16, P=16384, K=64 (the defaults):  25.0 MiB      W=4,  P=4096,  K=64:  5.1 MiB
@@ -26,6 +26,7 @@ Who writes what (single writer per seqlocked entry):
     header                     the supervisor, once, before anyone attaches; then `generation`
     worker slot, static part   the supervisor (pid, port, state, restarts, log dir)
     worker slot, live part     that worker (heartbeat, reported state, cumulative counters)
+    worker slot, publications  that worker (a counter bumped after each partition publish)
     partition directory part   the supervisor (alloc/free: in_use, topic, partition, owner)
     partition log part         the owner worker (offsets, sizes, counters, hot index ring);
                                the supervisor only inside alloc, before any owner exists
@@ -46,7 +47,8 @@ from typing import NamedTuple
 
 MAGIC = b"KLOGSHM\x01"
 MAGIC_PREFIX = b"KLOGSHM"  # what every version's magic starts with
-LAYOUT_VERSION = 3  # 2: the per-worker metrics areas; 3: last stable offset, aborted txns
+LAYOUT_VERSION = 4  # 2: the per-worker metrics areas; 3: last stable offset, aborted txns;
+#                     4: the workers' publication counters
 PAGE = 4096
 LINE = 64
 SEQ = struct.Struct("<Q")  # the u64 sequence opening every seqlocked entry (seqlock.load/store
@@ -111,7 +113,7 @@ def write_header(buf, header: Header) -> None:
     buf[0:8] = header.magic
 
 
-# -- worker slot (workers_offset + W * 384) ------------------------------------------------------
+# -- worker slot (workers_offset + W * 448) ------------------------------------------------------
 
 class WorkerState(enum.IntEnum):
     """A worker's life cycle; EMPTY (0) is what a fresh region holds."""
@@ -150,7 +152,11 @@ WORKER_LIVE = struct.Struct(  # after the part's seq; written by the worker itse
 )
 WORKER_LIVE_OFFSET = WORKER_STATIC_BYTES
 WORKER_LIVE_BYTES = line_up(SEQ_BYTES + WORKER_LIVE.size)  # 64
-WORKER_SLOT_BYTES = WORKER_STATIC_BYTES + WORKER_LIVE_BYTES  # 384
+# A u64 on a line of its own, no seqlock: the worker bumps it after each publish of one of its
+# partitions' log parts, so that another worker watching many of them for appends can tell
+# in one load per worker that none was written (worker.py).
+WORKER_PUBLISHED_OFFSET = WORKER_STATIC_BYTES + WORKER_LIVE_BYTES  # 384
+WORKER_SLOT_BYTES = WORKER_PUBLISHED_OFFSET + LINE  # 448
 
 # -- partition slot (partitions_offset + P * partition_slot_bytes) -------------------------------
 

@@ -29,6 +29,7 @@ from .layout import (
     SEQ_BYTES,
     WORKER_LIVE,
     WORKER_LIVE_OFFSET,
+    WORKER_PUBLISHED_OFFSET,
     WORKER_STATIC,
     Geometry,
     WorkerState,
@@ -36,6 +37,7 @@ from .layout import (
     encode_name,
 )
 
+_U64_MAX = (1 << 64) - 1
 _RUNNING = (WorkerState.STARTING, WorkerState.SERVING, WorkerState.STOPPING)
 _armed = seqlock.armed
 
@@ -82,6 +84,8 @@ class WorkerTable:
         self.timeout_s = timeout_s
         self._live = [geometry.worker_slot(i) + WORKER_LIVE_OFFSET
                       for i in range(geometry.max_workers)]
+        self._published = [geometry.worker_slot(i) + WORKER_PUBLISHED_OFFSET
+                           for i in range(geometry.max_workers)]
 
     # -- the supervisor ------------------------------------------------------------------------
 
@@ -150,6 +154,19 @@ class WorkerTable:
         self._write_live(index, off, WORKER_LIVE.pack(
             pid, state if reported_state is None else reported_state,
             beat if heartbeat_ms is None else heartbeat_ms, *counters))
+
+    def note_published(self, index: int) -> None:
+        """Worker `index` (the only writer) published a partition's log part: its counter
+        moves. One load and one store."""
+        off = self._published[index]
+        seqlock.store(self._buf, off, (seqlock.load(self._buf, off) + 1) & _U64_MAX)
+
+    def publications(self) -> tuple[int, ...]:
+        """Every worker's counter of publishes, in one pass: equal to an earlier result means
+        no worker published anything in between (a torn reading only delays that news to the
+        next call, the counters only grow)."""
+        buf, load = self._buf, seqlock.load
+        return tuple(load(buf, off) for off in self._published)
 
     def _live_offset(self, index: int) -> int:
         if index < 0:

@@ -15,7 +15,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from appliance.segments import txn_index
+from appliance.segments import EMPTY_SLICE, txn_index
 from appliance.segments.layout import partition_dir
 from appliance.segments.log import AttachPoint
 from appliance.segments.non_owner_reader import PartitionReader
@@ -76,6 +76,7 @@ class Publisher:
                                 partition_log.size_bytes, entries,
                                 last_stable_offset=partition_log.last_stable_offset,
                                 aborted_txns=partition_log.aborted_txns)
+        self.region.workers.note_published(self.worker_index)
         return Publication(slot, epoch, snap.active_base_offset, len(entries))
 
     def publish(self, publication: Publication | None, partition_log, records_in: int = 0,
@@ -98,6 +99,7 @@ class Publisher:
                 aborted_txns=partition_log.aborted_txns)
         except FreeSlotError:
             return  # the topic was deleted meanwhile; the catalog broadcast follows
+        self.region.workers.note_published(self.worker_index)
         publication.active_base = snap.active_base_offset
         publication.index_count = count
 
@@ -139,6 +141,9 @@ class RemoteLog:
         if not view.published:
             raise NotPublishedError(f"{view.topic}-{view.partition}: its owner has not "
                                     f"published it yet")
+        if offset == (view.last_stable_offset if committed else view.high_watermark) and \
+                offset >= view.log_start_offset:
+            return EMPTY_SLICE  # where an idle consumer waits: nothing to look up or open
         hint = view.lookup(offset)
         # bounded by the log end, not the high watermark: a fetch between the two (a leader
         # just elected, whose high watermark lags what consumers read) is an empty answer

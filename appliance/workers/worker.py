@@ -424,26 +424,41 @@ class Worker:
     async def _watch_remote_appends(self) -> None:
         """Wake the consumers' fetches that wait on other workers' partitions when one's
         published high watermark moves, every REMOTE_POLL_INTERVAL_S while some wait.
-        A partition whose slot was not written since the last look (its log part's sequence
-        number, one load) is not read. And the pause after a look is at least
-        REMOTE_WATCH_PAUSE_RATIO times what the look took: klog's consumer spreads its reads
-        over an appliance's workers, so an idle one of 10,000 partitions had each worker
-        watch 5,000 of the other's, and the looks (10 us a partition, every 2 ms) took 80 %
-        of both workers' cores; now a look at unchanged partitions costs about 1 us each,
-        and the watch is never more than about a fifth of a core."""
+        Why it is cheap: klog's consumer spreads its reads over an appliance's workers, so an
+        idle one of 10,000 partitions had each worker watch 5,000 of the other's, and the
+        looks (10 us a partition, every 2 ms) took 80 % of both workers' cores. Now there is
+        no look while no worker has published anything since the last one covered the same
+        partitions (the workers' publication counters, one load each); in a look, a
+        partition whose slot was not written since (its log part's sequence number) is not
+        read; and the pause after a look is at least REMOTE_WATCH_PAUSE_RATIO times what the
+        look took, so a watch of many partitions of busy workers takes at most about a fifth
+        of a core."""
         seen: dict[tuple[str, int], tuple[int, int]] = {}  # key -> (log seq, high watermark)
         arrived = self.waiters.readers_arrived
-        table = self.region.partitions
+        table, workers = self.region.partitions, self.region.workers
         pause_s = REMOTE_POLL_INTERVAL_S
+        looked_at = None  # the workers' publication counters when the last look began
+        watched: set = set()  # what that look covered
+        listed = -1  # the waiters' count of changes when `waiting` was last listed
         while True:
             await asyncio.sleep(pause_s)
             began = time.perf_counter()
+            published = workers.publications()
+            published = published[:self.index] + published[self.index + 1:]  # the others'
+            if published == looked_at and self.waiters.readers_changes == listed:
+                pause_s = REMOTE_POLL_INTERVAL_S
+                continue  # nothing published, the same waits: nothing to look at
+            listed = self.waiters.readers_changes
             waiting = [k for k in self.waiters.readers_waiting()
                        if self.partitions.get(*k) is None]
             if not waiting:  # nothing of another worker's is waited on: sleep until some
                 arrived.clear()  # consumer's fetch waits (its own worker's or not)
                 await arrived.wait()
                 continue
+            if published == looked_at and watched.issuperset(waiting):
+                pause_s = REMOTE_POLL_INTERVAL_S
+                continue  # no worker published anything since a look that covered these
+            looked_at, watched = published, set(waiting)
             for key in waiting:
                 slot = table.find(*key)
                 if slot is None:

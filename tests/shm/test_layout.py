@@ -44,7 +44,7 @@ def _formula(w: int, p: int, k: int) -> int:
     def page_up(n):
         return -(-n // PAGE) * PAGE
 
-    return page_up(page_up(page_up(4096 + 384 * w) + p * (320 + line_up(96 + 8 * k)))
+    return page_up(page_up(page_up(4096 + 448 * w) + p * (320 + line_up(96 + 8 * k)))
                    + w * line_up(64 + 24 * p)) + w * 262144
 
 

@@ -117,6 +117,21 @@ def test_log_seq_moves_with_each_write_of_the_log_part_only(table):
     assert other.log_seq(a) != after[0]
 
 
+def test_each_workers_publications_move_only_with_its_own_notes(buffer):
+    """What lets a watch of other workers' partitions skip its look (worker.py): one counter
+    per worker, bumped by that worker only, read in one pass by any."""
+    workers = WorkerTable(buffer, SMALL)
+    other = WorkerTable(buffer, SMALL)  # another process's view
+    assert other.publications() == (0,) * SMALL.max_workers
+    workers.note_published(2)
+    workers.note_published(2)
+    workers.note_published(0)
+    assert other.publications() == (1, 0, 2, 0)
+    workers.heartbeat(2, 1_000)  # the live part is apart: no publication
+    workers.add_worker_counters(2, bytes_in=10, records_in=1)
+    assert other.publications() == (1, 0, 2, 0)
+
+
 def test_bad_values_are_refused_before_the_entry_is_touched(table):
     slot = table.allocate_partition("t", 0, owner=0)
     epoch = table.slot_info(slot).epoch

@@ -27,6 +27,9 @@ class AppendWaiters:
         # set whenever a consumer's fetch starts to wait: the poll of other workers'
         # partitions (worker.py) sleeps on it while no reader waits, instead of a timer
         self.readers_arrived = asyncio.Event()
+        # moves whenever the consumers' waits change (a wait begins, ends or is woken): the
+        # same number means the same partitions waited on, so the poll need not list them
+        self.readers_changes = 0
 
     def notify(self, topic: str, index: int) -> None:
         """The log grew (or changed): every fetch waiting on it reads again."""
@@ -35,6 +38,8 @@ class AppendWaiters:
             if events:
                 for event in events:
                     event.set()
+                if table is self._waiting:
+                    self.readers_changes += 1
 
     def notify_readers(self, topic: str, index: int) -> None:
         """Only the high watermark moved: consumers' fetches read again, followers' wait on."""
@@ -42,6 +47,7 @@ class AppendWaiters:
         if events:
             for event in events:
                 event.set()
+            self.readers_changes += 1
 
     async def wait(self, partitions, timeout_s: float, *, replica: bool = False) -> bool:
         """Wait until one of `partitions` is appended to, or the timeout; True if woken.
@@ -59,6 +65,7 @@ class AppendWaiters:
             table[key].add(event)
         if not replica and keys:
             self.readers_arrived.set()
+            self.readers_changes += 1
         return event
 
     async def wait_registered(self, event: asyncio.Event, keys: list, timeout_s: float, *,
@@ -76,6 +83,8 @@ class AppendWaiters:
     def unregister(self, event: asyncio.Event, keys: list, *, replica: bool = False) -> None:
         """Forget a waiter `register` gave (again: harmless)."""
         table = self._replicas if replica else self._waiting
+        if not replica and keys:
+            self.readers_changes += 1
         for key in keys:
             waiting = table.get(key)
             if waiting is not None:
