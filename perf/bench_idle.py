@@ -16,6 +16,12 @@ Per process: the supervisor ("sup") and each worker ("w0", "w1"), from /proc. Be
 34b4ea7 every worker polled other workers' high watermarks every 2 ms whether or not any
 fetch waited: 7.8% of a core per idle worker, 45% of a core for the idle fleet.
 
+Measured 2026-11-30 with `--partitions 10000 --no-fleet`, each time the tree before a change in
+a worktree beside the tree after it: librdkafka's idle consumer cost the appliance 54.9 % of a
+core before the lazy struct defaults and the single read of an unwoken long poll, 26.3 % after;
+klog's 167.2 % before the cheaper watch of other workers' partitions, 40.6 % after (librdkafka's
+24.5 and 24.4 % in those two runs).
+
 Run: .venv/bin/python perf/bench_idle.py [--seconds 10] [--partitions 4000] [--no-fleet]
 """
 
@@ -91,7 +97,6 @@ def appliance_rows(seconds: float, partitions: int) -> None:
                 appliance.stop()
 
 
-@contextlib.contextmanager
 def polling_klog_consumer(bootstrap: str, count: int):
     """klog's own Consumer (its defaults) in a group of every `idle-*` partition, polling on
     a thread of its own. It spreads its reads over the appliance's workers, so each worker
@@ -99,24 +104,9 @@ def polling_klog_consumer(bootstrap: str, count: int):
     consumer = klog.Consumer(bootstrap_servers=bootstrap, group_id="idle-klog-consumer",
                              auto_offset_reset="latest")
     consumer.subscribe(pattern="^idle-.*")
-    deadline = time.monotonic() + 120
-    while len(consumer.assignment()) < count and time.monotonic() < deadline:
-        consumer.poll(timeout_ms=200)
-    assert len(consumer.assignment()) == count, len(consumer.assignment())
-    stop = threading.Event()
-    thread = threading.Thread(target=lambda: [consumer.poll(timeout_ms=200) for _ in iter(
-        stop.is_set, True)])
-    thread.start()
-    try:
-        time.sleep(3)  # its offsets looked up, its fetches going
-        yield
-    finally:
-        stop.set()
-        thread.join()
-        consumer.close()
+    return polling(consumer, lambda: consumer.poll(timeout_ms=200), count)
 
 
-@contextlib.contextmanager
 def polling_consumer(bootstrap: str, count: int):
     """A confluent-kafka consumer (its defaults) assigned every `idle-*` partition, polling
     on a thread of its own: it fetches every partition of each worker in one Fetch, twice a
@@ -126,20 +116,28 @@ def polling_consumer(bootstrap: str, count: int):
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "idle-consumer",
                          "auto.offset.reset": "latest"})
     consumer.subscribe(["^idle-.*"])
-    stop = threading.Event()
-    deadline = time.monotonic() + 120
-    while len(consumer.assignment()) < count and time.monotonic() < deadline:
-        consumer.poll(0.2)
-    assert len(consumer.assignment()) == count, len(consumer.assignment())
-    thread = threading.Thread(target=lambda: [consumer.poll(0.2) for _ in iter(
-        stop.is_set, True)])
-    thread.start()
+    return polling(consumer, lambda: consumer.poll(0.2), count)
+
+
+@contextlib.contextmanager
+def polling(consumer, poll, count: int):
+    """`consumer` polled until it holds `count` partitions, then on a thread of its own
+    while the caller measures; closed after."""
     try:
-        time.sleep(3)  # its offsets looked up, its fetches going
-        yield
+        deadline = time.monotonic() + 120
+        while len(consumer.assignment()) < count and time.monotonic() < deadline:
+            poll()
+        assert len(consumer.assignment()) == count, len(consumer.assignment())
+        stop = threading.Event()
+        thread = threading.Thread(target=lambda: [poll() for _ in iter(stop.is_set, True)])
+        thread.start()
+        try:
+            time.sleep(3)  # its offsets looked up, its fetches going
+            yield
+        finally:
+            stop.set()
+            thread.join()
     finally:
-        stop.set()
-        thread.join()
         consumer.close()
 
 
